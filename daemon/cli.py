@@ -1,0 +1,119 @@
+"""The `docex` command: argument parsing → config → logging → trio.run.
+
+Exit codes: 0 success, 1 runtime failure, 2 invalid configuration or usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import trio
+
+from daemon import __version__
+from daemon.config import Config, ConfigError, describe, load_config, with_dev_secrets
+
+EXIT_CONFIG = 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="docex", description="Self-hosted document extraction daemon.")
+    parser.add_argument("--version", action="version", version=f"docex {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        p.add_argument("--config", metavar="FILE", help="config.toml (default: $DOCEX_CONFIG, else none)")
+        return p
+
+    serve = with_config(commands.add_parser("serve", help="run the daemon"))
+    serve.add_argument("--host", help="bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="bind port (default 8080)")
+    serve.add_argument("--role", choices=["api", "worker", "all"], default="all",
+                       help="api: HTTP only; worker: jobs and webhooks only; all (default): both")
+    serve.add_argument("--no-migrate", action="store_true", help="do not apply migrations at start")
+
+    with_config(commands.add_parser("migrate", help="apply database migrations and exit"))
+
+    config = commands.add_parser("config", help="configuration tools")
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    with_config(config_commands.add_parser("check", help="validate and print the effective configuration"))
+
+    commands.add_parser("openapi", help="print the OpenAPI document")
+    return parser
+
+
+def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> Config:
+    try:
+        return load_config(getattr(args, "config", None), overrides=overrides)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"docex: config: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        _serve(args)
+    elif args.command == "migrate":
+        _migrate(args)
+    elif args.command == "config":
+        _config_check(args)
+    elif args.command == "openapi":
+        _openapi()
+
+
+def _serve(args: argparse.Namespace) -> None:
+    from daemon.logs import configure_logging
+    from daemon.service import ConfigSource, serve
+    from daemon.services import Role
+
+    overrides = {"host": args.host, "port": args.port}
+    config = _load(args, overrides)
+    configure_logging(config.log.level)
+    config = with_dev_secrets(config)
+    trio.run(
+        lambda: serve(config, ConfigSource(args.config, overrides), role=Role(args.role), migrate=not args.no_migrate)
+    )
+
+
+def _migrate(args: argparse.Namespace) -> None:
+    from daemon.logs import configure_logging
+    from daemon.storage.database import Database
+    from daemon.storage.migrate import head_revision, upgrade
+
+    config = _load(args)
+    configure_logging(config.log.level)
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    db = Database(config.database_url, pool_size=1)
+    try:
+        upgrade(db.engine)
+    finally:
+        db.dispose()
+    print(f"database at revision {head_revision()}")
+
+
+def _config_check(args: argparse.Namespace) -> None:
+    config = _load(args)
+    print(json.dumps(describe(config), indent=2, default=str))
+
+
+def _openapi() -> None:
+    from daemon.http.app import create_app
+    from daemon.services import Services
+    from daemon.storage.database import Database
+
+    async def fetch() -> Any:
+        # The document is built from the routes alone; the database is never touched.
+        app = create_app(Services(config=Config(data_dir="."), db=Database("sqlite://")))
+        response = await app.test_client().get("/api/openapi.json")
+        return await response.get_json()
+
+    print(json.dumps(trio.run(fetch), indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,517 @@
+"""Configuration: defaults < config.toml < environment < command-line flags.
+
+Each section is a frozen dataclass; each field's metadata says its environment
+variable (the seed's names where the seed has one, else ``DOCEX_SECTION_KEY``)
+and whether SIGHUP may change it in a running process (``hot``). A field name
+ending in ``_ms``/``_s`` holds a duration in that unit and accepts ``15m``,
+``30d``, ``10s`` or a bare number in the unit; ``_bytes`` accepts ``50MiB``.
+
+`load_config` parses everything at once and raises `ConfigError` listing every
+problem, one line each, so an operator fixes them in one go.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import secrets
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from daemon.errors import ConfigError
+
+
+class Secret:
+    """A string that never shows itself in a repr, a log line or `config check`."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and secrets.compare_digest(self._value, other._value)
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """`count` requests per `period_s` seconds, written ``10/min``."""
+
+    count: int
+    period_s: int
+
+    def __str__(self) -> str:
+        return f"{self.count}/{self.period_s}s"
+
+
+def _setting(default: Any, *, env: str | None = None, hot: bool = True, doc: str = "") -> Any:
+    return field(default=default, metadata={"env": env, "hot": hot, "doc": doc})
+
+
+@dataclass(frozen=True)
+class DatabaseConfig:
+    url: str = _setting("", hot=False, doc="SQLAlchemy URL; empty means SQLite in data_dir")
+    pool_size: int = _setting(10, hot=False)
+    busy_timeout_ms: int = _setting(5000, hot=False)
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    backend: str = _setting("local", hot=False, doc="local | s3")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = _setting("info")
+    access: bool = _setting(True, doc="one JSON line per HTTP request")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    grace_period_s: int = _setting(30, doc="how long SIGTERM waits for requests and jobs")
+    watchdog: bool = _setting(True, doc="ping systemd's watchdog when WATCHDOG_USEC is set")
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    jwt_access_secret: Secret | None = _setting(None, env="JWT_ACCESS_SECRET")
+    access_ttl_s: int = _setting(15 * 60, env="JWT_ACCESS_EXPIRES_IN")
+    refresh_ttl_s: int = _setting(30 * 86400, env="JWT_REFRESH_EXPIRES_IN")
+    api_key_prefix: str = _setting("dx_live_", env="API_KEY_PREFIX")
+    max_api_keys_per_user: int = _setting(25, env="MAX_API_KEYS_PER_USER")
+    registration: str = _setting("open", doc="open | closed")
+    bcrypt_rounds: int = _setting(12)
+
+
+@dataclass(frozen=True)
+class RateLimitConfig:
+    login: RateLimit = _setting(RateLimit(10, 60))
+    register: RateLimit = _setting(RateLimit(5, 60))
+    refresh: RateLimit = _setting(RateLimit(60, 60))
+    schema_convert: RateLimit = _setting(RateLimit(60, 60))
+    authenticated: RateLimit = _setting(RateLimit(1200, 60))
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    workers: int = _setting(4)
+    max_attempts: int = _setting(3)
+    max_file_size_bytes: int = _setting(50 * 1024 * 1024, env="MAX_FILE_SIZE")
+    max_pages: int = _setting(500)
+    lease_s: int = _setting(60)
+    retry_backoff_initial_ms: int = _setting(5000)
+    idempotency_ttl_s: int = _setting(24 * 3600)
+
+
+@dataclass(frozen=True)
+class WebhooksConfig:
+    timeout_ms: int = _setting(10_000, env="WEBHOOK_TIMEOUT_MS")
+    backoff_initial_ms: int = _setting(30_000, env="WEBHOOK_BACKOFF_INITIAL_MS")
+    backoff_cap_ms: int = _setting(6 * 3600 * 1000)
+    max_attempts: int = _setting(8, env="WEBHOOK_MAX_ATTEMPTS")
+    auto_disable_threshold: int = _setting(5, env="WEBHOOK_AUTO_DISABLE_THRESHOLD")
+    encryption_key: Secret | None = _setting(None, env="WEBHOOK_ENCRYPTION_KEY")
+    allow_http: bool = _setting(False)
+    allow_private_networks: bool = _setting(False)
+    secret_rotation_overlap_s: int = _setting(24 * 3600)
+    concurrency: int = _setting(32)
+    per_endpoint_concurrency: int = _setting(4)
+
+
+@dataclass(frozen=True)
+class OpenAIConfig:
+    base_url: str = _setting("https://api.openai.com/v1")
+    model: str = _setting("gpt-4o-mini")
+    api_key: Secret | None = _setting(None)
+    timeout_ms: int = _setting(120_000)
+
+
+@dataclass(frozen=True)
+class AnthropicConfig:
+    base_url: str = _setting("https://api.anthropic.com")
+    model: str = _setting("claude-sonnet-4-5")
+    api_key: Secret | None = _setting(None)
+    timeout_ms: int = _setting(120_000)
+
+
+@dataclass(frozen=True)
+class ExtractionConfig:
+    provider: str = _setting("rules", doc="rules | openai | anthropic")
+    ocr_languages: str = _setting("eng")
+
+
+@dataclass(frozen=True)
+class Config:
+    env: str = _setting("development", hot=False, doc="development | production")
+    host: str = _setting("127.0.0.1", hot=False)
+    port: int = _setting(8080, hot=False)
+    data_dir: str = _setting("", hot=False, doc="empty means $STATE_DIRECTORY or ./data")
+    database: DatabaseConfig = field(default_factory=DatabaseConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    server: ServerConfig = field(default_factory=ServerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    rate_limits: RateLimitConfig = field(default_factory=RateLimitConfig)
+    jobs: JobsConfig = field(default_factory=JobsConfig)
+    webhooks: WebhooksConfig = field(default_factory=WebhooksConfig)
+    extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)
+    anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @property
+    def database_url(self) -> str:
+        return self.database.url or f"sqlite:///{self.data_path / 'docex.db'}"
+
+    @property
+    def production(self) -> bool:
+        return self.env == "production"
+
+
+# --- parsing of single values -------------------------------------------------
+
+_DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_SIZE_UNITS = {
+    "": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1024, "m": 1000**2, "mb": 1000**2,
+    "mib": 1024**2, "g": 1000**3, "gb": 1000**3, "gib": 1024**3,
+}
+_RATE_PERIODS_S = {"s": 1, "sec": 1, "second": 1, "m": 60, "min": 60, "minute": 60,
+                   "h": 3600, "hour": 3600, "d": 86400, "day": 86400}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def parse_duration(raw: Any, unit_s: float) -> int:
+    """``"15m"``, ``"30d"``, ``"250ms"`` or a bare number in the field's unit → int in that unit."""
+    if isinstance(raw, bool):
+        raise ValueError("expected a duration such as 15m, 30d or 10s")
+    if isinstance(raw, int | float):
+        value = float(raw)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*", str(raw))
+        if not m:
+            raise ValueError("expected a duration such as 15m, 30d or 10s")
+        number, unit = float(m.group(1)), m.group(2)
+        value = number if unit is None else number * _DURATION_UNITS_S[unit] / unit_s
+    if value < 0:
+        raise ValueError("must not be negative")
+    return round(value)
+
+
+def parse_size(raw: Any) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(raw))
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError("expected a size such as 50MiB or a number of bytes")
+        value = round(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if value <= 0:
+        raise ValueError("must be positive")
+    return value
+
+
+def parse_rate(raw: Any) -> RateLimit:
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d*)\s*([a-z]+)\s*", str(raw).lower())
+    if not m or m.group(3) not in _RATE_PERIODS_S:
+        raise ValueError("expected a rate such as 10/min, 5/s or 100/1h")
+    count, multiple = int(m.group(1)), int(m.group(2) or 1)
+    return RateLimit(count, multiple * _RATE_PERIODS_S[m.group(3)])
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_int(raw: Any) -> int:
+    if isinstance(raw, bool):
+        raise ValueError("expected a whole number")
+    if isinstance(raw, int):
+        return raw
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError("expected a whole number") from None
+
+
+def _parse_value(name: str, kind: Any, raw: Any) -> Any:
+    if name.endswith("_ms"):
+        return parse_duration(raw, 0.001)
+    if name.endswith("_s"):
+        return parse_duration(raw, 1)
+    if name.endswith("_bytes"):
+        return parse_size(raw)
+    if kind is RateLimit:
+        return parse_rate(raw)
+    if kind is bool:
+        return _parse_bool(raw)
+    if kind is int:
+        return _parse_int(raw)
+    if kind == Secret | None:
+        return Secret(str(raw)) if str(raw) else None
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        raise ValueError("expected a string")
+    return str(raw)
+
+
+# --- layering ------------------------------------------------------------------
+
+def env_name(section: str | None, name: str) -> str:
+    """The environment variable of a setting (the seed's own name where it has one)."""
+    spec = _field(section, name)
+    return spec.metadata.get("env") or "_".join(
+        p.upper() for p in ("DOCEX", section, _strip_unit(name)) if p
+    )
+
+
+def _strip_unit(name: str) -> str:
+    return re.sub(r"_(ms|s|bytes)$", "", name)
+
+
+def _field(section: str | None, name: str) -> dataclasses.Field[Any]:
+    cls = Config if section is None else _section_classes()[section]
+    return next(f for f in dataclasses.fields(cls) if f.name == name)
+
+
+def _section_classes() -> dict[str, type]:
+    hints = get_type_hints(Config)
+    return {f.name: hints[f.name] for f in dataclasses.fields(Config) if dataclasses.is_dataclass(hints[f.name])}
+
+
+def _file_key(name: str) -> str:
+    """Keys in config.toml drop the unit suffix: ``timeout = "10s"``, ``max_file_size = "50MiB"``."""
+    return _strip_unit(name)
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Build the effective configuration.
+
+    Args:
+        path: a TOML file; None means ``$DOCEX_CONFIG`` if set, else no file.
+        environ: the environment (defaults to ``os.environ``).
+        overrides: command-line values by dotted path (``"host"``, ``"port"``).
+
+    Raises:
+        ConfigError: with one line per problem found anywhere.
+    """
+    environ = os.environ if environ is None else environ
+    overrides = overrides or {}
+    problems: list[str] = []
+    file_data: dict[str, Any] = {}
+    path = path or environ.get("DOCEX_CONFIG") or None
+    if path is not None:
+        try:
+            file_data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            problems.append(f"config file {path}: not found")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"config file {path}: cannot be read ({exc})")
+        except tomllib.TOMLDecodeError as exc:
+            problems.append(f"config file {path}: invalid TOML ({exc})")
+
+    sections = _section_classes()
+    for key, value in file_data.items():
+        if key in sections:
+            if not isinstance(value, dict):
+                problems.append(f"{key}: must be a table [{key}]")
+                continue
+            known = {_file_key(f.name) for f in dataclasses.fields(sections[key])}
+            problems += [f"{key}.{k}: unknown setting" for k in value if k not in known]
+        elif key not in {_file_key(f.name) for f in dataclasses.fields(Config) if f.name not in sections}:
+            problems.append(f"{key}: unknown setting")
+
+    def resolve(section: str | None, cls: type) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        hints = get_type_hints(cls)
+        table = file_data.get(section, {}) if section else file_data
+        table = table if isinstance(table, dict) else {}
+        for f in dataclasses.fields(cls):
+            if section is None and f.name in sections:
+                continue
+            dotted = f"{section}.{_file_key(f.name)}" if section else _file_key(f.name)
+            env = env_name(section, f.name)
+            if dotted in overrides and overrides[dotted] is not None:
+                raw, origin = overrides[dotted], f"--{dotted.replace('_', '-')}"
+            elif env in environ:
+                raw, origin = environ[env], env
+            elif _file_key(f.name) in table:
+                raw, origin = table[_file_key(f.name)], dotted
+            else:
+                continue
+            try:
+                values[f.name] = _parse_value(f.name, hints[f.name], raw)
+            except ValueError as exc:
+                shown = "********" if hints[f.name] == Secret | None else repr(raw)
+                problems.append(f"{origin}: {exc} (got {shown})")
+        return values
+
+    top = resolve(None, Config)
+    built = {name: cls(**resolve(name, cls)) for name, cls in sections.items()}
+    if not top.get("data_dir"):
+        top["data_dir"] = environ.get("STATE_DIRECTORY", "").split(":")[0] or "./data"
+    config = Config(**top, **built)
+    problems += _validate(config)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _validate(c: Config) -> list[str]:
+    p: list[str] = []
+
+    def check(ok: bool, line: str) -> None:
+        if not ok:
+            p.append(line)
+
+    check(c.env in {"development", "production"}, f"env: must be development or production (got {c.env!r})")
+    check(1 <= c.port <= 65535, f"port: must be 1-65535 (got {c.port})")
+    check(c.log.level in {"debug", "info", "warning", "error"},
+          f"log.level: must be debug, info, warning or error (got {c.log.level!r})")
+    check(c.storage.backend in {"local", "s3"}, f"storage.backend: must be local or s3 (got {c.storage.backend!r})")
+    check(c.database.pool_size >= 1, "database.pool_size: must be at least 1")
+    check(c.auth.registration in {"open", "closed"},
+          f"auth.registration: must be open or closed (got {c.auth.registration!r})")
+    check(4 <= c.auth.bcrypt_rounds <= 16, "auth.bcrypt_rounds: must be 4-16")
+    check(c.auth.access_ttl_s >= 1, "JWT_ACCESS_EXPIRES_IN: must be at least 1s")
+    check(c.auth.refresh_ttl_s >= 1, "JWT_REFRESH_EXPIRES_IN: must be at least 1s")
+    check(bool(re.fullmatch(r"[A-Za-z0-9_\-]{1,32}", c.auth.api_key_prefix)),
+          "API_KEY_PREFIX: 1-32 letters, digits, _ or -")
+    check(c.auth.max_api_keys_per_user >= 1, "MAX_API_KEYS_PER_USER: must be at least 1")
+    check(0 <= c.jobs.workers <= 256, "jobs.workers: must be 0-256")
+    check(c.jobs.max_attempts >= 1, "jobs.max_attempts: must be at least 1")
+    check(c.jobs.max_pages >= 1, "jobs.max_pages: must be at least 1")
+    check(c.jobs.lease_s >= 5, "jobs.lease: must be at least 5s")
+    check(c.webhooks.timeout_ms >= 1, "WEBHOOK_TIMEOUT_MS: must be positive")
+    check(c.webhooks.max_attempts >= 1, "WEBHOOK_MAX_ATTEMPTS: must be at least 1")
+    check(c.webhooks.auto_disable_threshold >= 1, "WEBHOOK_AUTO_DISABLE_THRESHOLD: must be at least 1")
+    check(c.webhooks.concurrency >= 1 and c.webhooks.per_endpoint_concurrency >= 1,
+          "webhooks.concurrency and webhooks.per_endpoint_concurrency: must be at least 1")
+    key = c.webhooks.encryption_key
+    check(key is None or bool(re.fullmatch(r"[0-9a-fA-F]{64}", key.reveal())),
+          "WEBHOOK_ENCRYPTION_KEY: must be 64 hex characters (32 bytes)")
+    secret = c.auth.jwt_access_secret
+    check(secret is None or len(secret.reveal()) >= 32,
+          "JWT_ACCESS_SECRET: must be at least 32 characters")
+    check(c.extraction.provider in {"rules", "openai", "anthropic"},
+          f"extraction.provider: must be rules, openai or anthropic (got {c.extraction.provider!r})")
+    if c.production:
+        check(secret is not None, "JWT_ACCESS_SECRET: required when DOCEX_ENV=production")
+        check(key is not None, "WEBHOOK_ENCRYPTION_KEY: required when DOCEX_ENV=production")
+    return p
+
+
+# --- development secrets, reload, display ---------------------------------------
+
+SECRETS_FILE = "secrets.json"
+
+
+def with_dev_secrets(config: Config) -> Config:
+    """Fill missing secrets from ``<data_dir>/secrets.json``, generating it once (0600).
+
+    Production never gets here without both secrets (`load_config` refuses).
+    """
+    if config.auth.jwt_access_secret and config.webhooks.encryption_key:
+        return config
+    path = config.data_path / SECRETS_FILE
+    stored: dict[str, str] = {}
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    wanted = {"jwt_access_secret": secrets.token_urlsafe(48), "webhook_encryption_key": secrets.token_hex(32)}
+    if any(k not in stored for k in wanted):
+        stored = {**wanted, **stored}
+        config.data_path.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(stored, fh)
+        os.replace(tmp, path)
+    return dataclasses.replace(
+        config,
+        auth=dataclasses.replace(
+            config.auth, jwt_access_secret=config.auth.jwt_access_secret or Secret(stored["jwt_access_secret"])
+        ),
+        webhooks=dataclasses.replace(
+            config.webhooks,
+            encryption_key=config.webhooks.encryption_key or Secret(stored["webhook_encryption_key"]),
+        ),
+    )
+
+
+def hot_reload(old: Config, new: Config) -> tuple[Config, list[str]]:
+    """What a running process applies on SIGHUP: `new` with every cold setting kept at
+    its `old` value, and the dotted names of the cold settings that changed (they
+    need a restart)."""
+    cold = [name for name, a, b, f in _walk(old, new) if a != b and not f.metadata.get("hot", True)]
+    merged = new
+    for name in cold:
+        section, _, key = name.rpartition(".")
+        if section:
+            part = dataclasses.replace(getattr(merged, section), **{key: getattr(getattr(old, section), key)})
+            merged = dataclasses.replace(merged, **{section: part})
+        else:
+            merged = dataclasses.replace(merged, **{key: getattr(old, key)})
+    return merged, cold
+
+
+def _walk(a: Config, b: Config) -> list[tuple[str, Any, Any, dataclasses.Field[Any]]]:
+    out = []
+    for f in dataclasses.fields(Config):
+        va, vb = getattr(a, f.name), getattr(b, f.name)
+        if dataclasses.is_dataclass(va):
+            out += [(f"{f.name}.{g.name}", getattr(va, g.name), getattr(vb, g.name), g)
+                    for g in dataclasses.fields(va)]
+        else:
+            out.append((f.name, va, vb, f))
+    return out
+
+
+def describe(config: Config) -> dict[str, Any]:
+    """The effective configuration as nested plain values, secrets masked."""
+    out: dict[str, Any] = {}
+    for name, value, _, _ in _walk(config, config):
+        if isinstance(value, Secret):
+            shown: Any = "********"
+        elif isinstance(value, RateLimit):
+            shown = str(value)
+        elif isinstance(value, str) and "://" in value:
+            shown = _mask_url(value)
+        else:
+            shown = value
+        section, _, key = name.rpartition(".")
+        (out.setdefault(section, {}) if section else out)[key] = shown
+    out["database"]["effective_url"] = _mask_url(config.database_url)
+    return out
+
+
+def _mask_url(url: str) -> str:
+    return re.sub(r"(://[^:/@]+:)[^@]*@", r"\1********@", url)

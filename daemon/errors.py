@@ -1,0 +1,129 @@
+"""The exception tree of docex, branched by who must act.
+
+    DocexError
+    ├── ConfigError            the operator: fix the file or environment, restart
+    ├── ApiError               the caller: becomes a 4xx response in the SPEC §3 shape
+    │   ├── BadRequest         400 (validation: `message` is a list of rule failures)
+    │   ├── Unauthorized       401
+    │   ├── Forbidden          403
+    │   ├── NotFound           404
+    │   ├── MethodNotAllowed   405
+    │   ├── Conflict           409
+    │   ├── PayloadTooLarge    413
+    │   ├── UnsupportedMedia   415
+    │   └── TooManyRequests    429 (carries Retry-After)
+    └── JobError               a job step failed; `code` is a SPEC §6 errorCode
+        ├── TransientJobError  retried with backoff up to the attempt limit
+        └── PermanentJobError  fails the job at once
+
+Library exceptions are translated at the seam where they are caught, most
+specific first, and chained with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+
+class DocexError(Exception):
+    """Root of every error docex raises on purpose."""
+
+
+class ConfigError(DocexError):
+    """Invalid configuration; `problems` holds one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+class ApiError(DocexError):
+    """An error the HTTP layer turns into ``{statusCode, message, error}``."""
+
+    status = 500
+
+    def __init__(
+        self,
+        message: str | list[str] | None = None,
+        *,
+        details: Any = None,
+        headers: dict[str, str] | None = None,
+        status: int | None = None,
+    ) -> None:
+        if status is not None:
+            self.status = status
+        self.message: str | list[str] = message or HTTPStatus(self.status).phrase
+        super().__init__(self.message if isinstance(self.message, str) else "; ".join(self.message))
+        self.details = details
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "statusCode": self.status,
+            "message": self.message,
+            "error": HTTPStatus(self.status).phrase,
+        }
+        if self.details is not None:
+            body["details"] = self.details
+        return body
+
+
+class BadRequest(ApiError):
+    status = 400
+
+
+class Unauthorized(ApiError):
+    status = 401
+
+
+class Forbidden(ApiError):
+    status = 403
+
+
+class NotFound(ApiError):
+    status = 404
+
+
+class MethodNotAllowed(ApiError):
+    status = 405
+
+
+class Conflict(ApiError):
+    status = 409
+
+
+class PayloadTooLarge(ApiError):
+    status = 413
+
+
+class UnsupportedMedia(ApiError):
+    status = 415
+
+
+class TooManyRequests(ApiError):
+    status = 429
+
+    def __init__(self, retry_after_s: int, message: str = "Too Many Requests") -> None:
+        super().__init__(message, headers={"Retry-After": str(max(1, retry_after_s))})
+        self.retry_after_s = retry_after_s
+
+
+class JobError(DocexError):
+    """A job step failed with a SPEC §6 errorCode."""
+
+    retryable = False
+
+    def __init__(self, code: str, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class TransientJobError(JobError):
+    retryable = True
+
+
+class PermanentJobError(JobError):
+    retryable = False

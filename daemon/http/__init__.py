@@ -1,0 +1,1 @@
+"""The HTTP API: app factory, server, one blueprint per resource."""

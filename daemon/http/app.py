@@ -1,0 +1,98 @@
+"""The quart-trio application: built by `create_app(services)`, never module-global."""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from typing import Any, NoReturn
+
+from quart import Response, g, request
+from quart.wrappers import Request
+from quart_schema import QuartSchema
+from quart_trio import QuartTrio
+
+from daemon import __version__
+from daemon.errors import BadRequest
+from daemon.http import ops
+from daemon.http.errors import install_error_handlers
+from daemon.services import Services
+
+access_log = logging.getLogger("daemon.http.access")
+
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._\-]{1,128}")
+# JSON bodies are small (schemas, webhook settings); uploads raise their own, larger limit.
+JSON_BODY_LIMIT_BYTES = 4 * 1024 * 1024
+
+
+class DocexRequest(Request):
+    def on_json_loading_failed(self, error: Exception) -> NoReturn:
+        raise BadRequest(["request body is not valid JSON"]) from error
+
+
+def services_of(app: Any) -> Services:
+    services: Services = app.extensions["docex"]
+    return services
+
+
+def create_app(services: Services) -> QuartTrio:
+    app = QuartTrio("docex")
+    app.request_class = DocexRequest
+    app.extensions["docex"] = services
+    app.config.update(
+        MAX_CONTENT_LENGTH=JSON_BODY_LIMIT_BYTES,
+        JSON_SORT_KEYS=False,
+        PROPAGATE_EXCEPTIONS=False,
+    )
+    QuartSchema(
+        app,
+        openapi_path="/api/openapi.json",
+        swagger_ui_path="/api/docs",
+        redoc_ui_path=None,
+        scalar_ui_path=None,
+        info={"title": "docex", "version": __version__,
+              "description": "Self-hosted document extraction daemon."},
+        security_schemes={"bearer": {"type": "http", "scheme": "bearer"}},
+        security=[{"bearer": []}],
+    )
+    app.json.sort_keys = False  # type: ignore[attr-defined]  # after QuartSchema, which replaces app.json
+    install_error_handlers(app)
+    _install_request_context(app, services)
+    app.register_blueprint(ops.blueprint)
+    return app
+
+
+def _install_request_context(app: QuartTrio, services: Services) -> None:
+    @app.before_request
+    async def _start() -> None:
+        g.started = time.perf_counter()
+        incoming = request.headers.get("X-Request-Id", "")
+        g.request_id = incoming if _REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+
+    @app.after_request
+    async def _finish(response: Response) -> Response:
+        request_id = getattr(g, "request_id", None) or uuid.uuid4().hex
+        response.headers["X-Request-Id"] = request_id
+        response.headers["X-Docex-Version"] = __version__
+        elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
+        route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
+        services.metrics.http_request_duration.labels(
+            request.method, route, str(response.status_code)
+        ).observe(elapsed)
+        if services.config.log.access:
+            access_log.info(
+                "%s %s %d",
+                request.method,
+                request.path,
+                response.status_code,
+                extra={
+                    "action": "http.request",
+                    "request_id": request_id,
+                    "method": request.method,
+                    "route": route,
+                    "status": response.status_code,
+                    "duration_ms": round(elapsed * 1000, 2),
+                },
+            )
+        return response

@@ -1,0 +1,59 @@
+"""Every error leaves as ``{"statusCode", "message", "error"[, "details"]}`` (SPEC §3).
+
+Unexpected exceptions become a 500 that names only the request id; the
+traceback goes to the log, never to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+from pydantic import ValidationError
+from quart import Quart, Response, g, jsonify, request
+from quart_schema import RequestSchemaValidationError
+from werkzeug.exceptions import HTTPException
+
+from daemon.errors import ApiError, BadRequest
+from daemon.http.validation import messages
+
+log = logging.getLogger(__name__)
+
+
+def error_response(error: ApiError) -> Response:
+    response = jsonify(error.body())
+    response.status_code = error.status
+    response.headers.update(error.headers)
+    return response
+
+
+def install_error_handlers(app: Quart) -> None:
+    @app.errorhandler(ApiError)
+    async def _api_error(error: ApiError) -> Response:
+        return error_response(error)
+
+    @app.errorhandler(RequestSchemaValidationError)
+    async def _validation(error: RequestSchemaValidationError) -> Response:
+        cause = error.validation_error
+        if isinstance(cause, ValidationError):
+            return error_response(BadRequest(messages(cause)))
+        return error_response(BadRequest(["request body must be a JSON object"]))
+
+    @app.errorhandler(HTTPException)
+    async def _http_exception(error: HTTPException) -> Response:
+        # Raised by Quart/werkzeug (routing, body limits), whose own descriptions are prose
+        # for browsers; our code raises ApiError instead.
+        status = error.code or 500
+        message = f"Cannot {request.method} {request.path}" if status == 404 else None
+        response = error_response(ApiError(message, status=status))
+        if status == 405 and hasattr(error, "valid_methods") and error.valid_methods:
+            response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
+        return response
+
+    @app.errorhandler(Exception)
+    async def _unexpected(error: Exception) -> Response:
+        request_id = getattr(g, "request_id", None)
+        log.error(
+            "unhandled error",
+            exc_info=error,
+            extra={"action": "http.unhandled", "request_id": request_id},
+        )
+        return error_response(ApiError(f"Internal server error (request id {request_id})", status=500))

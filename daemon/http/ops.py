@@ -1,0 +1,78 @@
+"""Operations routes: liveness, readiness, Prometheus metrics. All public."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+from pydantic import BaseModel
+from quart import Blueprint, Response, current_app
+from quart_schema import document_response, tag
+
+from daemon import __version__
+from daemon.services import Services
+from daemon.storage.migrate import is_current
+
+log = logging.getLogger(__name__)
+blueprint = Blueprint("ops", __name__)
+
+# A readiness probe that hangs is worse than one that says no.
+_READY_DB_TIMEOUT_S = 2.0
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+
+
+class Readiness(BaseModel):
+    status: str
+    checks: dict[str, str]
+
+
+def _services() -> Services:
+    services: Services = current_app.extensions["docex"]
+    return services
+
+
+@blueprint.get("/api/health")
+@tag(["operations"])
+@document_response(Health)
+async def health() -> dict[str, Any]:
+    """The process is alive and serving HTTP."""
+    return {"status": "ok", "version": __version__}
+
+
+@blueprint.get("/api/ready")
+@tag(["operations"])
+@document_response(Readiness, 200)
+@document_response(Readiness, 503)
+async def ready() -> tuple[dict[str, Any], int]:
+    """Ready for traffic: database reachable, migrations current, background parts running.
+
+    Answers 503 with the failing checks otherwise.
+    """
+    services = _services()
+    checks: dict[str, str] = {}
+    try:
+        with trio.fail_after(_READY_DB_TIMEOUT_S):
+            current = await services.db.read(is_current)
+        checks["database"] = "ok"
+        checks["migrations"] = "ok" if current else "pending: run `docex migrate`"
+    except Exception as exc:  # any failure to reach the database means "not ready"
+        log.warning("readiness: database unreachable", extra={"action": "ready.db_failed", "error": type(exc).__name__})
+        checks["database"] = "unreachable"
+        checks["migrations"] = "unknown"
+    for part, running in services.running.items():
+        checks[part] = "ok" if running else "stopped"
+    ok = all(v == "ok" for v in checks.values())
+    return {"status": "ready" if ok else "unavailable", "checks": checks}, 200 if ok else 503
+
+
+@blueprint.get("/metrics")
+@tag(["operations"])
+async def metrics() -> Response:
+    """Prometheus text exposition."""
+    body = await _services().metrics.render()
+    return Response(body, content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,0 +1,1 @@
+"""Jobs: models, pure transitions, the queue (claim/lease) and the worker pool."""

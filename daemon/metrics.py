@@ -1,0 +1,37 @@
+"""Prometheus metrics, declared in one place, in a registry of the process's own.
+
+Counters and histograms are updated where things happen; gauges that describe
+database state (jobs by status, queue depth) are read from the database when
+`/metrics` is scraped, by the refreshers the subsystems register.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+
+# Buckets for request latency: sub-millisecond health checks up to slow uploads.
+_HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.http_request_duration = Histogram(
+            "docex_http_request_duration_seconds",
+            "HTTP request latency by route template, method and status.",
+            ["method", "route", "status"],
+            buckets=_HTTP_BUCKETS,
+            registry=self.registry,
+        )
+        self._refreshers: list[Callable[[], Awaitable[None]]] = []
+
+    def add_refresher(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        """Register a coroutine that updates database-backed gauges before each scrape."""
+        self._refreshers.append(refresh)
+
+    async def render(self) -> bytes:
+        for refresh in self._refreshers:
+            await refresh()
+        return generate_latest(self.registry)

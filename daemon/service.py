@@ -1,0 +1,138 @@
+"""`docex serve`: the root nursery, signals and the shutdown policy.
+
+    root nursery
+    ├── signal handler        SIGHUP → reload; SIGTERM/SIGINT → drain (twice → stop now)
+    ├── systemd watchdog      WATCHDOG=1 at half of WATCHDOG_USEC
+    ├── lease reaper          (worker roles)
+    └── work nursery          drained on shutdown, with a deadline
+        ├── hypercorn         (api roles) stops accepting, finishes in-flight requests
+        ├── extraction workers(worker roles) stop claiming, finish or release their jobs
+        └── webhook dispatcher(worker roles) stops claiming, finishes in-flight sends
+
+Shutdown policy: a signal sets `services.stopping`; every drainable part stops
+taking work; the work nursery gets `server.grace_period` to empty, after which
+what is left is cancelled (workers release their leases, shielded); then the
+root is cancelled and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Mapping
+from typing import Any
+
+import trio
+
+from daemon.config import Config, ConfigError, hot_reload, load_config, with_dev_secrets
+from daemon.http.server import run_http
+from daemon.jobs.pool import run_reaper, run_workers
+from daemon.logs import set_level
+from daemon.services import Role, Services, open_services
+from daemon.storage.migrate import upgrade
+from daemon.systemd import Notifier
+from daemon.webhooks.dispatcher import run_dispatcher
+
+log = logging.getLogger(__name__)
+
+
+class ConfigSource:
+    """Where the configuration came from, so SIGHUP re-reads the same file and flags."""
+
+    def __init__(self, path: str | None, overrides: Mapping[str, Any]) -> None:
+        self.path = path
+        self.overrides = dict(overrides)
+
+    def load(self) -> Config:
+        return with_dev_secrets(load_config(self.path, overrides=self.overrides))
+
+
+async def serve(
+    config: Config,
+    source: ConfigSource,
+    *,
+    role: Role = Role.ALL,
+    migrate: bool = True,
+    notifier: Notifier | None = None,
+) -> None:
+    """Run the daemon until SIGTERM/SIGINT, then drain and return."""
+    notifier = notifier or Notifier()
+    config.data_path.mkdir(parents=True, exist_ok=True)
+    async with open_services(config, role) as services:
+        if migrate:
+            await trio.to_thread.run_sync(upgrade, services.db.engine)
+        async with trio.open_nursery() as root:
+            await root.start(_handle_signals, services, source, notifier, root.cancel_scope)
+            await root.start(notifier.run_watchdog)
+            if role.runs_workers:
+                await root.start(run_reaper, services)
+            await _run_work(services, notifier)
+            root.cancel_scope.cancel()
+    log.info("stopped", extra={"action": "service.stopped"})
+
+
+async def _run_work(services: Services, notifier: Notifier) -> None:
+    http_shutdown = trio.Event()
+    async with trio.open_nursery() as work:
+        binds: list[str] = []
+        if services.role.serves_http:
+            binds = await work.start(run_http, services, http_shutdown)
+        if services.role.runs_workers:
+            await work.start(run_workers, services)
+            await work.start(run_dispatcher, services)
+        notifier.ready()
+        log.info(
+            "ready",
+            extra={"action": "service.ready", "role": str(services.role), "binds": binds,
+                   "database": services.db.url.get_backend_name()},
+        )
+        await services.stopping.wait()
+        notifier.stopping()
+        grace = services.config.server.grace_period_s
+        log.info("draining", extra={"action": "service.draining", "grace_period_s": grace})
+        http_shutdown.set()
+        work.cancel_scope.deadline = trio.current_time() + grace
+
+
+async def _handle_signals(
+    services: Services,
+    source: ConfigSource,
+    notifier: Notifier,
+    root_scope: trio.CancelScope,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            if signum == signal.SIGHUP:
+                notifier.reloading()
+                await reload(services, source)
+                notifier.ready()
+            elif not services.stopping.is_set():
+                log.info("stop requested", extra={"action": "service.stop", "signal": signal.Signals(signum).name})
+                services.stopping.set()
+            else:
+                # A second SIGTERM/SIGINT: the operator does not want to wait for the drain.
+                log.warning("stopping now", extra={"action": "service.stop_now"})
+                root_scope.cancel()
+
+
+async def reload(services: Services, source: ConfigSource) -> bool:
+    """Re-read file and environment; apply hot settings, keep the old config if invalid."""
+    try:
+        new = await trio.to_thread.run_sync(source.load)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            log.error("reload rejected: %s", problem, extra={"action": "config.reload_rejected"})
+        return False
+    merged, cold = hot_reload(services.config, new)
+    set_level(merged.log.level)
+    services.apply_config(merged)
+    if cold:
+        log.warning(
+            "restart required for: %s", ", ".join(cold),
+            extra={"action": "config.restart_required", "settings": cold},
+        )
+    log.info("configuration reloaded", extra={"action": "config.reloaded"})
+    return True

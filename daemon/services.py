@@ -1,0 +1,76 @@
+"""What the subsystems share: the current configuration, the database, metrics,
+wake-up calls and the readiness of each running part.
+
+There is one `Services` per process, created by `open_services` and handed to
+`create_app` and to every task of the root nursery. `config` is replaced as a
+whole on SIGHUP; code reads ``services.config`` at the moment it needs a value,
+so hot settings take effect at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import trio
+
+from daemon.config import Config
+from daemon.metrics import Metrics
+from daemon.storage.database import Database
+from daemon.wakeup import Wakeup
+
+
+class Role(StrEnum):
+    API = "api"
+    WORKER = "worker"
+    ALL = "all"
+
+    @property
+    def serves_http(self) -> bool:
+        return self in (Role.API, Role.ALL)
+
+    @property
+    def runs_workers(self) -> bool:
+        return self in (Role.WORKER, Role.ALL)
+
+
+ReloadHook = Callable[[Config, Config], None]
+
+
+@dataclass
+class Services:
+    config: Config
+    db: Database
+    role: Role = Role.ALL
+    metrics: Metrics = field(default_factory=Metrics)
+    # Set when a job is queued in this process, so an idle worker claims it at once.
+    jobs_wakeup: Wakeup = field(default_factory=Wakeup)
+    # Set when a delivery is due now, so the dispatcher sends it at once.
+    deliveries_wakeup: Wakeup = field(default_factory=Wakeup)
+    # Name of each background part → whether it is running; /api/ready reads this.
+    running: dict[str, bool] = field(default_factory=dict)
+    reload_hooks: list[ReloadHook] = field(default_factory=list)
+    # Set once on SIGTERM/SIGINT: stop taking new work, finish what is in hand.
+    stopping: trio.Event = field(default_factory=trio.Event)
+
+    def apply_config(self, new: Config) -> None:
+        """Swap in a reloaded configuration and tell the parts that resize themselves."""
+        old, self.config = self.config, new
+        for hook in self.reload_hooks:
+            hook(old, new)
+
+
+@asynccontextmanager
+async def open_services(config: Config, role: Role = Role.ALL) -> AsyncIterator[Services]:
+    """Create the shared engine for `config` and dispose of it on exit."""
+    db = Database(
+        config.database_url,
+        pool_size=config.database.pool_size,
+        busy_timeout_ms=config.database.busy_timeout_ms,
+    )
+    try:
+        yield Services(config=config, db=db, role=role)
+    finally:
+        db.dispose()

@@ -1,0 +1,1 @@
+"""Persistence: the shared engine, the tables, migrations and the blob store."""

@@ -1,0 +1,1 @@
+"""Webhooks: endpoints, signing, retry schedule, sender and dispatcher."""
