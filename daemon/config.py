@@ -60,13 +60,14 @@ class RateLimit:
         return f"{self.count}/{self.period_s}s"
 
 
-def _setting(default: Any, *, env: str | None = None, hot: bool = True, doc: str = "") -> Any:
-    return field(default=default, metadata={"env": env, "hot": hot, "doc": doc})
+def _setting(default: Any, *, env: str | None = None, hot: bool = True, doc: str = "", repr: bool = True) -> Any:
+    return field(default=default, repr=repr, metadata={"env": env, "hot": hot, "doc": doc})
 
 
 @dataclass(frozen=True)
 class DatabaseConfig:
-    url: str = _setting("", hot=False, doc="SQLAlchemy URL; empty means SQLite in data_dir")
+    # Not in repr: a URL may carry a password (`describe` shows it masked).
+    url: str = _setting("", hot=False, doc="SQLAlchemy URL; empty means SQLite in data_dir", repr=False)
     pool_size: int = _setting(10, hot=False)
     busy_timeout_ms: int = _setting(5000, hot=False)
 

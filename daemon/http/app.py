@@ -9,7 +9,7 @@ import uuid
 from typing import Any, NoReturn
 
 from quart import Response, g, request
-from quart.wrappers import Request
+from quart_trio.wrappers import TrioRequest
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
 
@@ -26,7 +26,7 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-]{1,128}")
 JSON_BODY_LIMIT_BYTES = 4 * 1024 * 1024
 
 
-class DocexRequest(Request):
+class DocexRequest(TrioRequest):
     def on_json_loading_failed(self, error: Exception) -> NoReturn:
         raise BadRequest(["request body is not valid JSON"]) from error
 

@@ -44,12 +44,12 @@ class Database:
             return sa.create_engine(
                 self.url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True, pool_recycle=1800
             )
-        engine = sa.create_engine(
-            self.url,
-            pool_size=pool_size,
-            max_overflow=0,
-            connect_args={"check_same_thread": False, "timeout": busy_timeout_ms / 1000},
-        )
+        connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
+        if self.url.database in (None, "", ":memory:"):
+            # One in-memory database exists per connection: share a single one.
+            engine = sa.create_engine(self.url, poolclass=sa.StaticPool, connect_args=connect_args)
+        else:
+            engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=0, connect_args=connect_args)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:

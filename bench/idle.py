@@ -1,0 +1,515 @@
+"""Start-up, idle footprint and /api/health throughput of `docex serve`.
+
+    .venv/bin/python bench/idle.py [--idle-seconds 30] [--load-seconds 10] [--rounds 3]
+
+Figures and targets:
+
+  start    exec (just before Popen) → READY=1 on NOTIFY_SOCKET      < 2 s
+  rss      VmRSS of the daemon (and any children) after READY      < 120 MB
+  idle     (utime+stime) / wall over --idle-seconds, % of one core  < 1 %
+  health   req/s of GET /api/health, docex ÷ a bare quart-trio app  ≥ 0.80
+  exit     SIGTERM → the daemon exits 0
+
+The machine is shared and noisy, so throughput is a ratio against a bare
+quart-trio + hypercorn app (`--bare-server PORT`, the same file) loaded the
+same way in the same run; bare and docex are loaded alternately, round after
+round, and the median of each is compared. docex is loaded twice per round:
+with its access log on (the default, log.access = true) and off
+(DOCEX_LOG_ACCESS=false); the target applies to the default.
+
+The load generator is wrk if installed (apt-get install wrk is tried once
+when it is missing), else N Python processes running httpx (see --pyload).
+
+Prints human-readable lines, then one JSON line with every figure. Exits 0
+unless a daemon failed to start or to exit 0 on SIGTERM; a missed target is
+reported as MISS and does not fail the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+DOCEX = VENV_BIN / "docex"
+
+TARGET_START_S = 2.0
+TARGET_RSS_MB = 120.0
+TARGET_IDLE_PCT = 1.0
+TARGET_RATIO = 0.80
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+# --- bare baseline server (runs in its own process) -----------------------------
+
+def bare_server(port: int) -> None:
+    """A minimal quart-trio app with one route, served by hypercorn's trio worker.
+
+    Sends READY=1 to $NOTIFY_SOCKET once bound (so its start-up is measured the
+    same way); stops gracefully on SIGTERM/SIGINT.
+    """
+    import trio
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+    from quart_trio import QuartTrio
+
+    app = QuartTrio("bare")
+
+    @app.get("/api/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    async def main() -> None:
+        config = Config()
+        config.bind = [f"127.0.0.1:{port}"]
+        config.accesslog = None
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def signals() -> None:
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as received:
+                    async for _ in received:
+                        stop.set()
+                        return
+
+            nursery.start_soon(signals)
+            await nursery.start(lambda task_status: serve(app, config, shutdown_trigger=stop.wait,
+                                                          task_status=task_status))
+            address = os.environ.get("NOTIFY_SOCKET", "")
+            if address:
+                with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+                    s.sendto(f"READY=1\nMAINPID={os.getpid()}".encode(), address)
+            await stop.wait()
+
+    trio.run(main)
+
+
+# --- Python load generator (fallback when wrk cannot be had) ---------------------
+
+def py_load(url: str, seconds: float, connections: int) -> None:
+    """Keep `connections` keep-alive connections busy for `seconds`; print a JSON count."""
+    import asyncio
+
+    import httpx
+
+    async def main() -> dict[str, Any]:
+        done = errors = 0
+        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
+        async with httpx.AsyncClient(limits=limits, timeout=10) as client:
+            start = time.monotonic()
+            end = start + seconds
+
+            async def worker() -> None:
+                nonlocal done, errors
+                while time.monotonic() < end:
+                    try:
+                        r = await client.get(url)
+                        if r.status_code == 200:
+                            done += 1
+                        else:
+                            errors += 1
+                    except httpx.HTTPError:
+                        errors += 1
+
+            await asyncio.gather(*(worker() for _ in range(connections)))
+            elapsed = time.monotonic() - start
+        return {"requests": done, "errors": errors, "elapsed": elapsed}
+
+    print(json.dumps(asyncio.run(main())), flush=True)
+
+
+# --- process helpers --------------------------------------------------------------
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM if the bench dies, so nothing is left behind."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def descendants(pid: int) -> list[int]:
+    """Live descendants of `pid`, found through /proc/*/stat's ppid."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        out += children
+        todo += children
+    return out
+
+
+def rss_kb(pid: int) -> int:
+    total = 0
+    for p in [pid, *descendants(pid)]:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+    return total
+
+
+def cpu_s(pid: int) -> float:
+    """utime+stime (all threads) of `pid` and its live descendants, plus reaped children."""
+    ticks = 0
+    for p in [pid, *descendants(pid)]:
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            # fields[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17
+            ticks += sum(int(x) for x in fields[11:15])
+    return ticks / CLK_TCK
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    workdir: Path
+    proc: subprocess.Popen[bytes] | None = None
+    port: int = 0
+    start_s: float = 0.0
+    ready_message: dict[str, str] = field(default_factory=dict)
+    exit_code: int | None = None
+    stop_s: float = 0.0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def tail(self, lines: int = 20) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        """Exec with NOTIFY_SOCKET set; return once READY=1 arrives (start_s measured)."""
+        sock_path = self.workdir / f"{self.name}.notify"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
+            notify.bind(str(sock_path))
+            notify.settimeout(0.1)
+            env = {**self.env, "NOTIFY_SOCKET": str(sock_path)}
+            with open(self.log_path, "wb") as log:
+                t0 = time.monotonic()
+                self.proc = subprocess.Popen(
+                    self.argv, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
+                )
+            deadline = t0 + timeout_s
+            while True:
+                try:
+                    data = notify.recv(4096)
+                except TimeoutError:
+                    if self.proc.poll() is not None:
+                        raise RuntimeError(f"{self.name} exited {self.proc.returncode} before READY=1:\n"
+                                           f"{self.tail()}") from None
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"{self.name}: no READY=1 within {timeout_s:.0f} s:\n"
+                                           f"{self.tail()}") from None
+                    continue
+                fields = dict(line.split("=", 1) for line in data.decode().splitlines() if "=" in line)
+                if fields.get("READY") == "1":
+                    self.start_s = time.monotonic() - t0
+                    self.ready_message = fields
+                    break
+        sock_path.unlink(missing_ok=True)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def stop(self, timeout_s: float = 45.0) -> int | None:
+        """SIGTERM, wait; SIGKILL if it will not go. Returns the exit code (None if killed)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            t0 = time.monotonic()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+                self.stop_s = time.monotonic() - t0
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                self.exit_code = None
+                return None
+        self.exit_code = self.proc.returncode
+        return self.exit_code
+
+
+def docex_server(name: str, workdir: Path, port: int, access_log: bool) -> Server:
+    data_dir = workdir / f"{name}-data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCEX_", "WATCHDOG_", "NOTIFY_"))}
+    env.update(DOCEX_DATA_DIR=str(data_dir), DOCEX_LOG_ACCESS="true" if access_log else "false")
+    server = Server(name, [str(DOCEX), "serve", "--host", "127.0.0.1", "--port", str(port)], env, workdir)
+    server.port = port
+    return server
+
+
+def bare(workdir: Path, port: int) -> Server:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WATCHDOG_", "NOTIFY_"))}
+    server = Server("bare", [sys.executable, str(Path(__file__).resolve()), "--bare-server", str(port)],
+                    env, workdir)
+    server.port = port
+    return server
+
+
+# --- load generation --------------------------------------------------------------
+
+def ensure_wrk() -> str | None:
+    found = shutil.which("wrk")
+    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
+        return found
+    print("wrk not found: trying apt-get install -y wrk", flush=True)
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "timeout": 300}
+    with contextlib.suppress(Exception):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        if subprocess.run(["apt-get", "install", "-y", "wrk"], env=env, **quiet).returncode != 0:
+            subprocess.run(["apt-get", "update"], env=env, **quiet)
+            subprocess.run(["apt-get", "install", "-y", "wrk"], env=env, **quiet)
+    return shutil.which("wrk")
+
+
+_WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+def _ms(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
+    return float(m.group(1)) * _WRK_UNITS[m.group(2)] if m else float("nan")
+
+
+def load(url: str, seconds: float, threads: int, connections: int, wrk: str | None) -> dict[str, Any]:
+    """One load run against `url`: req/s, errors and (wrk) latency."""
+    if wrk:
+        out = subprocess.run(
+            [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--latency", url],
+            capture_output=True, text=True, timeout=seconds + 60, preexec_fn=_die_with_parent,
+        ).stdout
+        rps = re.search(r"Requests/sec:\s*([\d.]+)", out)
+        if not rps:
+            raise RuntimeError(f"cannot parse wrk output:\n{out}")
+        non2xx = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", out)
+        sock_err = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+        latency = re.search(r"Latency\s+(\S+)\s+(\S+)\s+(\S+)", out)
+        p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
+        return {
+            "rps": float(rps.group(1)),
+            "errors": (int(non2xx.group(1)) if non2xx else 0)
+            + (sum(int(x) for x in sock_err.groups()) if sock_err else 0),
+            "latency_avg_ms": _ms(latency.group(1)) if latency else None,
+            "latency_p99_ms": _ms(p99.group(1)) if p99 else None,
+        }
+    # Python fallback: `threads` processes sharing `connections` connections.
+    per = max(1, connections // threads)
+    procs = [
+        subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--pyload", url, str(seconds), str(per)],
+                         stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
+        for _ in range(threads)
+    ]
+    results = []
+    try:
+        for p in procs:
+            out, _ = p.communicate(timeout=seconds + 60)
+            results.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return {
+        "rps": sum(r["requests"] / r["elapsed"] for r in results),
+        "errors": sum(r["errors"] for r in results),
+        "latency_avg_ms": None,
+        "latency_p99_ms": None,
+    }
+
+
+# --- the bench ----------------------------------------------------------------------
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--load-seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=3, help="alternating load rounds (median reported)")
+    parser.add_argument("--threads", type=int, default=2, help="load generator threads (or processes)")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--settle-seconds", type=float, default=1.0, help="pause after READY before RSS/idle")
+    parser.add_argument("--python-load", action="store_true", help="use the httpx load generator even if wrk exists")
+    parser.add_argument("--bare-server", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    parser.add_argument("--pyload", nargs=3, metavar=("URL", "SECONDS", "CONNS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.bare_server is not None:
+        bare_server(args.bare_server)
+        return 0
+    if args.pyload is not None:
+        py_load(args.pyload[0], float(args.pyload[1]), int(args.pyload[2]))
+        return 0
+
+    if not DOCEX.exists():
+        print(f"{DOCEX} not found: run `make .venv/.installed-test` first", file=sys.stderr)
+        return 1
+
+    figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0]}
+    failed = False
+    servers: list[Server] = []
+    workdir = Path(tempfile.mkdtemp(prefix="docex-bench-"))
+    try:
+        # 1-3: the daemon as the brief runs it (access log off), alone on the machine.
+        main_server = docex_server("docex", workdir, free_port(), access_log=False)
+        servers.append(main_server)
+        main_server.start()
+        if main_server.ready_message.get("MAINPID") not in (None, str(main_server.pid)):
+            print(f"note: READY carried MAINPID={main_server.ready_message['MAINPID']}, "
+                  f"Popen pid {main_server.pid}")
+        figures["start_s"] = round(main_server.start_s, 3)
+        print(f"start    exec → READY=1     {main_server.start_s:7.3f} s      "
+              f"target < {TARGET_START_S:g} s     {verdict(main_server.start_s < TARGET_START_S)}", flush=True)
+
+        time.sleep(args.settle_seconds)
+        rss_mb = rss_kb(main_server.pid) / 1024
+        figures["rss_mb"] = round(rss_mb, 1)
+        figures["children"] = len(descendants(main_server.pid))
+        threads = len(os.listdir(f"/proc/{main_server.pid}/task"))
+        figures["threads_after_start"] = threads
+        print(f"rss      after start       {rss_mb:7.1f} MB     target < {TARGET_RSS_MB:g} MB   "
+              f"{verdict(rss_mb < TARGET_RSS_MB)}   ({figures['children']} children, {threads} threads)",
+              flush=True)
+
+        c0, w0 = cpu_s(main_server.pid), time.monotonic()
+        time.sleep(args.idle_seconds)
+        c1, w1 = cpu_s(main_server.pid), time.monotonic()
+        idle_pct = 100 * (c1 - c0) / (w1 - w0)
+        figures["idle_cpu_pct"] = round(idle_pct, 3)
+        figures["idle_seconds"] = round(w1 - w0, 1)
+        print(f"idle     cpu over {w1 - w0:4.0f} s   {idle_pct:7.3f} %      target < {TARGET_IDLE_PCT:g} %      "
+              f"{verdict(idle_pct < TARGET_IDLE_PCT)}   ({c1 - c0:.2f} s cpu, 1/{CLK_TCK} s ticks)", flush=True)
+
+        # 4: throughput, docex (log off, log on) against the bare app, alternately.
+        wrk = None if args.python_load else ensure_wrk()
+        generator = (f"wrk -t{args.threads} -c{args.connections}" if wrk
+                     else f"python/httpx, {args.threads} processes × {max(1, args.connections // args.threads)} "
+                          "connections (may itself be the bottleneck)")
+        figures["load_generator"] = generator
+        bare_server_ = bare(workdir, free_port())
+        logged = docex_server("docex-accesslog", workdir, free_port(), access_log=True)
+        servers += [bare_server_, logged]
+        bare_server_.start()
+        logged.start()
+        figures["bare_start_s"] = round(bare_server_.start_s, 3)
+        figures["bare_rss_mb"] = round(rss_kb(bare_server_.pid) / 1024, 1)
+        print(f"baseline bare app: start {bare_server_.start_s:.3f} s, rss {figures['bare_rss_mb']:.1f} MB")
+        print(f"load     GET /api/health, {generator}, {args.load_seconds:g} s × {args.rounds} rounds", flush=True)
+
+        targets = {"bare": bare_server_, "docex_log_off": main_server, "docex_log_on": logged}
+        for server in targets.values():  # warm-up: imports, caches, first connections
+            load(f"http://127.0.0.1:{server.port}/api/health", min(2.0, args.load_seconds),
+                 args.threads, args.connections, wrk)
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
+        for r in range(args.rounds):
+            for name, server in targets.items():
+                result = load(f"http://127.0.0.1:{server.port}/api/health", args.load_seconds,
+                              args.threads, args.connections, wrk)
+                runs[name].append(result)
+                lat = (f", avg {result['latency_avg_ms']:.2f} ms, p99 {result['latency_p99_ms']:.2f} ms"
+                       if result["latency_avg_ms"] is not None else "")
+                print(f"  round {r + 1} {name:14s} {result['rps']:9.0f} req/s  errors {result['errors']}{lat}",
+                      flush=True)
+        med = {name: statistics.median(x["rps"] for x in rs) for name, rs in runs.items()}
+        errors = {name: sum(x["errors"] for x in rs) for name, rs in runs.items()}
+        ratio_on = med["docex_log_on"] / med["bare"]
+        ratio_off = med["docex_log_off"] / med["bare"]
+        paired_on = statistics.median(d["rps"] / b["rps"] for d, b in zip(runs["docex_log_on"], runs["bare"]))
+        paired_off = statistics.median(d["rps"] / b["rps"] for d, b in zip(runs["docex_log_off"], runs["bare"]))
+        figures["health_rps"] = {name: round(v, 1) for name, v in med.items()}
+        figures["health_rps_runs"] = {name: [round(x["rps"], 1) for x in rs] for name, rs in runs.items()}
+        figures["health_errors"] = errors
+        figures["health_latency_p99_ms"] = {
+            name: statistics.median(x["latency_p99_ms"] for x in rs) if wrk else None for name, rs in runs.items()
+        }
+        figures["ratio_default_log_on"] = round(ratio_on, 3)
+        figures["ratio_log_off"] = round(ratio_off, 3)
+        figures["ratio_paired_median"] = {"log_on": round(paired_on, 3), "log_off": round(paired_off, 3)}
+        print(f"health   bare                 {med['bare']:9.0f} req/s (median)")
+        print(f"health   docex, log on        {med['docex_log_on']:9.0f} req/s   ratio {ratio_on:.3f}  "
+              f"target ≥ {TARGET_RATIO:g}   {verdict(ratio_on >= TARGET_RATIO)}   "
+              f"(DEFAULT: log.access = true; paired median {paired_on:.3f})")
+        print(f"health   docex, log off       {med['docex_log_off']:9.0f} req/s   ratio {ratio_off:.3f}  "
+              f"target ≥ {TARGET_RATIO:g}   {verdict(ratio_off >= TARGET_RATIO)}   "
+              f"(DOCEX_LOG_ACCESS=false; paired median {paired_off:.3f})")
+        if any(errors.values()):
+            print(f"warning: load errors {errors}")
+        figures["rss_after_load_mb"] = round(rss_kb(main_server.pid) / 1024, 1)
+        print(f"rss      docex after load  {figures['rss_after_load_mb']:7.1f} MB (log off), "
+              f"{rss_kb(logged.pid) / 1024:.1f} MB (log on)", flush=True)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        failed = True
+    finally:
+        # 5: SIGTERM everything; the daemons must exit 0.
+        for server in servers:
+            server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    exits = {s.name: s.exit_code for s in servers}
+    figures["exit_codes"] = exits
+    figures["stop_s"] = {s.name: round(s.stop_s, 3) for s in servers}
+    for s in servers:
+        if s.name.startswith("docex"):
+            ok = s.exit_code == 0
+            failed |= not ok
+            print(f"exit     {s.name:16s}  SIGTERM → {s.exit_code} in {s.stop_s:.2f} s   target 0   {verdict(ok)}")
+            if not ok:
+                print(s.tail(), file=sys.stderr)
+        else:
+            print(f"exit     {s.name:16s}  SIGTERM → {s.exit_code} in {s.stop_s:.2f} s")
+
+    figures["verdicts"] = {
+        "start": verdict(figures.get("start_s", 1e9) < TARGET_START_S),
+        "rss": verdict(figures.get("rss_mb", 1e9) < TARGET_RSS_MB),
+        "idle_cpu": verdict(figures.get("idle_cpu_pct", 1e9) < TARGET_IDLE_PCT),
+        "health_ratio_default": verdict(figures.get("ratio_default_log_on", 0) >= TARGET_RATIO),
+        "health_ratio_log_off": verdict(figures.get("ratio_log_off", 0) >= TARGET_RATIO),
+        "exit": verdict(all(exits.get(n) == 0 for n in exits if n.startswith("docex")) and bool(exits)),
+    }
+    figures["failed"] = failed
+    print(json.dumps(figures))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
