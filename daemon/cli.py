@@ -42,6 +42,14 @@ def _parser() -> argparse.ArgumentParser:
     with_config(config_commands.add_parser("check", help="validate and print the effective configuration"))
 
     commands.add_parser("openapi", help="print the OpenAPI document")
+
+    users = commands.add_parser("users", help="account tools for headless setups")
+    users_commands = users.add_subparsers(dest="users_command", required=True, metavar="COMMAND")
+    create = with_config(users_commands.add_parser(
+        "create", help="create an account; the password is read from stdin (or prompted on a terminal)"))
+    create.add_argument("--email", required=True)
+    create.add_argument("--name", required=True)
+    create.add_argument("--admin", action="store_true", help="make the account ADMIN (default USER)")
     return parser
 
 
@@ -64,6 +72,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _config_check(args)
     elif args.command == "openapi":
         _openapi()
+    elif args.command == "users":
+        _create_user(args)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -113,6 +123,47 @@ def _openapi() -> None:
         return await response.get_json()
 
     print(json.dumps(trio.run(fetch), indent=2))
+
+
+def _create_user(args: argparse.Namespace) -> None:
+    import getpass
+
+    from pydantic import ValidationError
+
+    from daemon.auth.accounts import create_user
+    from daemon.errors import ApiError
+    from daemon.http.auth import RegisterBody
+    from daemon.http.validation import messages
+    from daemon.services import open_services
+    from daemon.storage.migrate import upgrade
+    from daemon.storage.repos.accounts import Role
+
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Repeat: ") != password:
+            raise SystemExit("docex: passwords differ")
+    else:
+        password = sys.stdin.readline().rstrip("\n")
+    try:
+        body = RegisterBody(name=args.name, email=args.email, password=password)
+    except ValidationError as exc:
+        for message in messages(exc):
+            print(f"docex: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    config = with_dev_secrets(_load(args))
+    config.data_path.mkdir(parents=True, exist_ok=True)
+
+    async def create() -> Any:
+        async with open_services(config) as services:
+            await trio.to_thread.run_sync(upgrade, services.db.engine)
+            return await create_user(services, name=body.name, email=body.email, password=body.password,
+                                     role=Role.ADMIN if args.admin else Role.USER, ignore_registration=True)
+
+    try:
+        user = trio.run(create)
+    except ApiError as exc:
+        raise SystemExit(f"docex: {exc.message}") from None
+    print(json.dumps({"id": user.id, "email": user.email, "name": user.name, "role": user.role}))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,8 @@ from quart_trio import QuartTrio
 
 from daemon import __version__
 from daemon.errors import BadRequest
-from daemon.http import ops
+from daemon.auth.guard import install_guard
+from daemon.http import admin, auth, ops
 from daemon.http.errors import install_error_handlers
 from daemon.services import Services
 
@@ -59,7 +60,9 @@ def create_app(services: Services) -> QuartTrio:
     app.json.sort_keys = False  # type: ignore[attr-defined]  # after QuartSchema, which replaces app.json
     install_error_handlers(app)
     _install_request_context(app, services)
-    app.register_blueprint(ops.blueprint)
+    install_guard(app, services)  # after the request id, so refusals carry one too
+    for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint):
+        app.register_blueprint(blueprint)
     return app
 
 

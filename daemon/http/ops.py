@@ -11,6 +11,7 @@ from quart import Blueprint, Response, current_app
 from quart_schema import document_response, tag
 
 from daemon import __version__
+from daemon.auth.guard import public
 from daemon.services import Services
 from daemon.storage.migrate import is_current
 
@@ -37,6 +38,7 @@ def _services() -> Services:
 
 
 @blueprint.get("/api/health")
+@public
 @tag(["operations"])
 @document_response(Health)
 async def health() -> dict[str, Any]:
@@ -45,6 +47,7 @@ async def health() -> dict[str, Any]:
 
 
 @blueprint.get("/api/ready")
+@public
 @tag(["operations"])
 @document_response(Readiness, 200)
 @document_response(Readiness, 503)
@@ -71,6 +74,7 @@ async def ready() -> tuple[dict[str, Any], int]:
 
 
 @blueprint.get("/metrics")
+@public
 @tag(["operations"])
 async def metrics() -> Response:
     """Prometheus text exposition."""

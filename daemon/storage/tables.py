@@ -38,3 +38,68 @@ class UTCDateTime(sa.TypeDecorator[dt.datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def _id(name: str = "id", *args: Any, **kw: Any) -> sa.Column[str]:
+    return sa.Column(name, sa.String(26), *args, **kw)
+
+
+# --- accounts (SPEC §4) ---------------------------------------------------------
+
+users = sa.Table(
+    "users",
+    metadata,
+    _id(primary_key=True),
+    sa.Column("email", sa.String(320), nullable=False),
+    # Lower-cased e-mail: accounts are unique case-insensitively.
+    sa.Column("email_key", sa.String(320), nullable=False, unique=True),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("password_hash", sa.String(100), nullable=False),
+    sa.Column("role", sa.String(10), nullable=False),
+    sa.Column("disabled", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# A refresh session. Rotation revokes a session and creates its successor in the same
+# family (one login); presenting a rotated session's token again revokes the family.
+sessions = sa.Table(
+    "sessions",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    _id("family_id", nullable=False, index=True),
+    sa.Column("refresh_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("last_used_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False),
+    sa.Column("revoked_at", UTCDateTime),
+    sa.Column("revoked_reason", sa.String(20)),  # logout | rotated | reuse | deleted | logout_all
+    sa.Column("user_agent", sa.String(500)),
+    sa.Column("ip", sa.String(64)),
+)
+
+api_keys = sa.Table(
+    "api_keys",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("role", sa.String(10), nullable=False),
+    sa.Column("prefix", sa.String(32), nullable=False),
+    sa.Column("last4", sa.String(4), nullable=False),
+    sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime),
+    sa.Column("last_used_at", UTCDateTime),
+    sa.Column("revoked_at", UTCDateTime),
+)
+
+# Fixed-window counters shared by every process on one database (public auth routes).
+rate_limit_hits = sa.Table(
+    "rate_limit_hits",
+    metadata,
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("window_start", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("count", sa.Integer, nullable=False),
+)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, field_validator
 from quart_schema import validate_request
 
 from daemon import __version__
+from daemon.auth.guard import public
 from daemon.errors import Conflict, TooManyRequests
 
 ERROR_KEYS = {"statusCode", "message", "error"}
@@ -61,19 +62,23 @@ def probe_app(app):
             return v
 
     @app.post("/api/_probe/validate")
+    @public
     @validate_request(Body)
     async def _validate(data: Body) -> dict[str, str]:
         return {"ok": data.email}
 
     @app.get("/api/_probe/conflict")
+    @public
     async def _conflict() -> None:
         raise Conflict("already exists", details={"id": "x"})
 
     @app.get("/api/_probe/limited")
+    @public
     async def _limited() -> None:
         raise TooManyRequests(17)
 
     @app.get("/api/_probe/boom")
+    @public
     async def _boom() -> None:
         raise RuntimeError("SELECT password FROM users -- secret internals")
 

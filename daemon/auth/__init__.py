@@ -1,0 +1,1 @@
+"""Accounts and authentication: tokens (pure), passwords, principals, guards, rate limits."""

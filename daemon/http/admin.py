@@ -1,0 +1,85 @@
+"""/api/admin: users and statistics, for ADMIN principals only (403 for USER)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from quart import Blueprint, current_app
+from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
+
+from daemon.auth.guard import admin_only, current_principal
+from daemon.clock import iso, utcnow
+from daemon.errors import Conflict, NotFound
+from daemon.http.pagination import PageQuery, page
+from daemon.services import Services
+from daemon.storage.repos import accounts as repo
+from daemon.storage.repos.accounts import Role
+
+blueprint = Blueprint("admin", __name__, url_prefix="/api/admin")
+tag_blueprint(blueprint, ["admin"])
+
+
+def services() -> Services:
+    s: Services = current_app.extensions["docex"]
+    return s
+
+
+class AdminUserOut(BaseModel):
+    id: str
+    name: str
+    email: str
+    role: Role
+    disabled: bool
+    createdAt: str  # noqa: N815
+    updatedAt: str  # noqa: N815
+
+
+class AdminUserPage(BaseModel):
+    data: list[AdminUserOut]
+    nextCursor: str | None  # noqa: N815
+
+
+class UpdateUserBody(BaseModel):
+    role: Role | None = None
+    disabled: bool | None = None
+
+
+def admin_user_json(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "name": row.name, "email": row.email, "role": row.role, "disabled": row.disabled,
+            "createdAt": iso(row.created_at), "updatedAt": iso(row.updated_at)}
+
+
+@blueprint.get("/users")
+@admin_only
+@validate_querystring(PageQuery)
+@document_response(AdminUserPage)
+async def list_users(query_args: PageQuery) -> dict[str, Any]:
+    rows = await services().db.read(repo.list_users, query_args.limit, query_args.cursor)
+    return page(rows, query_args.limit, admin_user_json)
+
+
+@blueprint.patch("/users/<user_id>")
+@admin_only
+@validate_request(UpdateUserBody)
+@document_response(AdminUserOut)
+async def update_user(user_id: str, data: UpdateUserBody) -> dict[str, Any]:
+    """Change a user's role or disable them; a disabled user's tokens and keys stop at once."""
+    changes = data.model_dump(exclude_none=True)
+    demoting_self = user_id == current_principal().user_id and (
+        changes.get("role") == Role.USER or changes.get("disabled") is True
+    )
+    if demoting_self:
+        # An admin locking themselves out is almost always a mistake, and may leave no admin.
+        raise Conflict("Admins cannot demote or disable themselves; ask another admin")
+    row = await services().db.run(repo.update_user, user_id, changes, utcnow())
+    if row is None:
+        raise NotFound("User not found")
+    return admin_user_json(row)
+
+
+@blueprint.get("/stats")
+@admin_only
+async def stats() -> dict[str, Any]:
+    """Counts across the whole installation."""
+    return await services().db.read(repo.account_stats, utcnow())

@@ -1,0 +1,327 @@
+"""/api/auth: register, login, refresh, logout, sessions, API keys, me, verify (SPEC §4)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, ParamSpec, TypeVar
+
+from email_validator import EmailNotValidError, validate_email
+from pydantic import BaseModel, Field, field_validator
+from quart import Blueprint, Response, current_app, request
+from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
+
+from daemon.auth import accounts
+from daemon.auth.guard import current_principal, jwt_only, public
+from daemon.auth.passwords import MAX_PASSWORD_BYTES
+from daemon.auth.ratelimit import shared_hit
+from daemon.clock import iso, utcnow
+from daemon.config import RateLimitConfig
+from daemon.errors import NotFound, TooManyRequests
+from daemon.http.pagination import PageQuery, page
+from daemon.services import Services
+from daemon.storage.repos import accounts as repo
+from daemon.storage.repos.accounts import Role
+
+blueprint = Blueprint("auth", __name__, url_prefix="/api/auth")
+tag_blueprint(blueprint, ["auth"])
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def services() -> Services:
+    s: Services = current_app.extensions["docex"]
+    return s
+
+
+def client_ip() -> str:
+    return request.remote_addr or "unknown"
+
+
+async def enforce_limit(name: str, subject: str) -> None:
+    """Count one hit of limit `name` (a field of `rate_limits`) for `subject`, shared across processes."""
+    limit = getattr(services().config.rate_limits, name)
+    retry_after = await services().db.run(shared_hit, f"{name}:{subject}", limit, time.time())
+    if retry_after is not None:
+        raise TooManyRequests(retry_after)
+
+
+def limited_per_ip(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Rate-limit a public route per client IP, before its body is even read."""
+    assert name in RateLimitConfig.__dataclass_fields__
+
+    def decorate(view: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(view)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            await enforce_limit(name, f"ip:{client_ip()}")
+            return await view(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
+
+
+# --- request and response models -------------------------------------------------------
+
+def checked_email(value: str) -> str:
+    value = value.strip()
+    try:
+        validate_email(value, check_deliverability=False)
+    except EmailNotValidError:
+        raise ValueError("email must be an email") from None
+    return value
+
+
+class RegisterBody(BaseModel):
+    name: str = Field(min_length=1, max_length=100)
+    email: str = Field(max_length=320)
+    password: str = Field(min_length=6)
+
+    _email = field_validator("email")(checked_email)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("name should not be empty")
+        return value.strip()
+
+    @field_validator("password")
+    @classmethod
+    def _password(cls, value: str) -> str:
+        if len(value.encode()) > MAX_PASSWORD_BYTES:
+            raise ValueError(f"password must be shorter than or equal to {MAX_PASSWORD_BYTES} bytes (bcrypt's limit)")
+        return value
+
+
+class LoginBody(BaseModel):
+    email: str = Field(max_length=320)
+    password: str = Field(min_length=1, max_length=1024)
+
+    _email = field_validator("email")(checked_email)
+
+
+class RefreshBody(BaseModel):
+    refreshToken: str = Field(min_length=1, max_length=512)  # noqa: N815
+
+
+class UserOut(BaseModel):
+    id: str
+    name: str
+    email: str
+    role: Role
+    createdAt: str  # noqa: N815
+
+
+class TokenPairOut(BaseModel):
+    user: UserOut
+    accessToken: str  # noqa: N815
+    refreshToken: str  # noqa: N815
+    expiresIn: int = Field(description="access-token lifetime in seconds")  # noqa: N815
+
+
+class SessionOut(BaseModel):
+    id: str
+    createdAt: str  # noqa: N815
+    lastUsedAt: str  # noqa: N815
+    expiresAt: str  # noqa: N815
+    userAgent: str | None  # noqa: N815
+    ip: str | None
+    current: bool
+
+
+class SessionPage(BaseModel):
+    data: list[SessionOut]
+    nextCursor: str | None  # noqa: N815
+
+
+class CreateApiKeyBody(BaseModel):
+    name: str = Field(min_length=1, max_length=100)
+    role: Role | None = None
+    expiresAt: dt.datetime | None = None  # noqa: N815
+
+    @field_validator("expiresAt")
+    @classmethod
+    def _future(cls, value: dt.datetime | None) -> dt.datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("expiresAt must be a valid ISO 8601 date string with a time zone")
+        if value <= utcnow():
+            raise ValueError("expiresAt must be a date in the future")
+        return value
+
+
+class ApiKeyOut(BaseModel):
+    id: str
+    name: str
+    role: Role
+    prefix: str
+    last4: str
+    createdAt: str  # noqa: N815
+    expiresAt: str | None  # noqa: N815
+    lastUsedAt: str | None  # noqa: N815
+
+
+class ApiKeyCreatedOut(ApiKeyOut):
+    apiKey: str = Field(description="the key itself, shown only in this answer")  # noqa: N815
+
+
+class ApiKeyPage(BaseModel):
+    data: list[ApiKeyOut]
+    nextCursor: str | None  # noqa: N815
+
+
+class VerifyOut(BaseModel):
+    valid: Literal[True]
+    userId: str  # noqa: N815
+    role: Role
+    credential: Literal["access_token", "api_key"]
+    sessionId: str | None  # noqa: N815
+    apiKeyId: str | None  # noqa: N815
+
+
+def user_json(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "name": row.name, "email": row.email, "role": row.role, "createdAt": iso(row.created_at)}
+
+
+def pair_json(pair: accounts.TokenPair) -> dict[str, Any]:
+    return {"user": user_json(pair.user), "accessToken": pair.access_token,
+            "refreshToken": pair.refresh_token, "expiresIn": pair.expires_in}
+
+
+def api_key_json(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "name": row.name, "role": row.role, "prefix": row.prefix, "last4": row.last4,
+            "createdAt": iso(row.created_at), "expiresAt": iso(row.expires_at), "lastUsedAt": iso(row.last_used_at)}
+
+
+def this_client() -> accounts.Client:
+    return accounts.Client(user_agent=request.headers.get("User-Agent"), ip=client_ip())
+
+
+def no_content() -> Response:
+    return Response(status=204)
+
+
+# --- routes ---------------------------------------------------------------------------
+
+@blueprint.post("/register")
+@public
+@limited_per_ip("register")
+@validate_request(RegisterBody)
+@document_response(TokenPairOut, 201)
+async def register(data: RegisterBody) -> tuple[dict[str, Any], int]:
+    """Create an account (the first one is ADMIN) and log it in."""
+    pair = await accounts.register(services(), name=data.name, email=data.email, password=data.password,
+                                   client=this_client())
+    return pair_json(pair), 201
+
+
+@blueprint.post("/login")
+@public
+@limited_per_ip("login")
+@validate_request(LoginBody)
+@document_response(TokenPairOut)
+async def login(data: LoginBody) -> dict[str, Any]:
+    """Exchange e-mail and password for a token pair."""
+    await enforce_limit("login", f"email:{data.email.lower()}")
+    return pair_json(await accounts.login(services(), email=data.email, password=data.password, client=this_client()))
+
+
+@blueprint.post("/refresh")
+@public
+@limited_per_ip("refresh")
+@validate_request(RefreshBody)
+@document_response(TokenPairOut)
+async def refresh(data: RefreshBody) -> dict[str, Any]:
+    """Rotate a refresh token: a new pair; the old session is revoked."""
+    return pair_json(await accounts.refresh(services(), data.refreshToken, this_client()))
+
+
+@blueprint.post("/logout")
+@public
+@limited_per_ip("refresh")
+@validate_request(RefreshBody)
+async def logout(data: RefreshBody) -> Response:
+    """Revoke the session of this refresh token."""
+    await accounts.logout(services(), data.refreshToken)
+    return no_content()
+
+
+@blueprint.post("/logout-all")
+@jwt_only
+async def logout_all() -> Response:
+    """Revoke every session of the current user (API keys stay valid)."""
+    await services().db.run(repo.revoke_user_sessions, current_principal().user_id, utcnow())
+    return no_content()
+
+
+@blueprint.get("/me")
+@document_response(UserOut)
+async def me() -> dict[str, Any]:
+    user = await services().db.read(repo.get_user, current_principal().user_id)
+    if user is None:
+        raise NotFound("User not found")
+    return user_json(user)
+
+
+@blueprint.get("/verify")
+@document_response(VerifyOut)
+async def verify() -> dict[str, Any]:
+    """Confirm the credential is valid, and say whose it is."""
+    p = current_principal()
+    return {"valid": True, "userId": p.user_id, "role": p.role, "credential": p.credential,
+            "sessionId": p.session_id, "apiKeyId": p.api_key_id}
+
+
+@blueprint.get("/sessions")
+@validate_querystring(PageQuery)
+@document_response(SessionPage)
+async def list_sessions(query_args: PageQuery) -> dict[str, Any]:
+    """Active refresh sessions of the current user, newest first."""
+    p = current_principal()
+    rows = await services().db.read(repo.list_sessions, p.user_id, utcnow(), query_args.limit, query_args.cursor)
+    return page(rows, query_args.limit, lambda r: {
+        "id": r.id, "createdAt": iso(r.created_at), "lastUsedAt": iso(r.last_used_at),
+        "expiresAt": iso(r.expires_at), "userAgent": r.user_agent, "ip": r.ip, "current": r.id == p.session_id,
+    })
+
+
+@blueprint.delete("/sessions/<session_id>")
+async def delete_session(session_id: str) -> Response:
+    if not await services().db.run(repo.revoke_session, current_principal().user_id, session_id, utcnow()):
+        raise NotFound("Session not found")
+    return no_content()
+
+
+@blueprint.post("/api-keys")
+@jwt_only
+@validate_request(CreateApiKeyBody)
+@document_response(ApiKeyCreatedOut, 201)
+async def create_api_key(data: CreateApiKeyBody) -> tuple[dict[str, Any], int]:
+    """Create an API key; `apiKey` is in this answer only. Needs an access token."""
+    p = current_principal()
+    new = await accounts.create_api_key(services(), user_id=p.user_id, owner_role=p.role, name=data.name,
+                                        role=data.role, expires_at=data.expiresAt)
+    return {**api_key_json(new.row), "apiKey": new.plaintext}, 201
+
+
+@blueprint.get("/api-keys")
+@validate_querystring(PageQuery)
+@document_response(ApiKeyPage)
+async def list_api_keys(query_args: PageQuery) -> dict[str, Any]:
+    """The current user's keys that are not revoked (metadata only), newest first."""
+    rows = await services().db.read(repo.list_api_keys, current_principal().user_id, utcnow(),
+                                    query_args.limit, query_args.cursor)
+    return page(rows, query_args.limit, api_key_json)
+
+
+@blueprint.delete("/api-keys/<key_id>")
+async def revoke_api_key(key_id: str) -> Response:
+    if not await services().db.run(repo.revoke_api_key, current_principal().user_id, key_id, utcnow()):
+        raise NotFound("API key not found")
+    return no_content()
+

@@ -1,0 +1,53 @@
+"""Keyset pagination, the same for every list: ``{"data": [...], "nextCursor"}``.
+
+Lists are newest first by id (ids sort by creation time). The cursor is the
+last id of a page, base64url-encoded so clients treat it as opaque.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, Field, field_validator
+
+from daemon.storage.ids import looks_like_id
+
+T = TypeVar("T")
+
+
+class PageQuery(BaseModel):
+    limit: int = Field(default=20, ge=1, le=100)
+    cursor: str | None = None
+
+    @field_validator("cursor")
+    @classmethod
+    def _cursor(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        try:
+            decoded = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode()
+        except (binascii.Error, UnicodeDecodeError, ValueError):
+            raise ValueError("cursor must be a cursor returned by this list") from None
+        if not looks_like_id(decoded):
+            raise ValueError("cursor must be a cursor returned by this list")
+        return decoded
+
+
+class Page(BaseModel, Generic[T]):
+    data: list[T]
+    nextCursor: str | None  # noqa: N815 (the API's spelling)
+
+
+def encode_cursor(last_id: str) -> str:
+    return base64.urlsafe_b64encode(last_id.encode()).decode().rstrip("=")
+
+
+def page(rows: Sequence[Any], limit: int, render: Callable[[Any], Any], key: str = "id") -> dict[str, Any]:
+    """Render `rows` (fetched with ``LIMIT limit + 1``) as one page."""
+    more = len(rows) > limit
+    shown = rows[:limit]
+    last = getattr(shown[-1], key) if shown else None
+    return {"data": [render(r) for r in shown], "nextCursor": encode_cursor(last) if more and last else None}

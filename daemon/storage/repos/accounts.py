@@ -1,0 +1,270 @@
+"""Users, refresh sessions and API keys. Each function is one unit of work run by
+`Database.run`/`Database.read`; none of them hashes a password (that is slow
+and belongs outside a transaction)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from daemon.errors import Conflict, Forbidden
+from daemon.storage.ids import new_id
+from daemon.storage.tables import api_keys, sessions, users
+
+# last_used_at is written at most this often per session or key, so that
+# authenticating a request is nearly always a read, not a write.
+TOUCH_INTERVAL = dt.timedelta(seconds=60)
+
+
+class Role(StrEnum):
+    USER = "USER"
+    ADMIN = "ADMIN"
+
+    def allows(self, other: Role) -> bool:
+        """Whether a holder of this role may grant `other` (a key never exceeds its owner)."""
+        return self == Role.ADMIN or other == Role.USER
+
+
+# --- users ---------------------------------------------------------------------------
+
+def create_user(conn: Connection, *, email: str, name: str, password_hash: str, now: dt.datetime,
+                registration_open: bool = True, role: Role | None = None) -> Row[Any]:
+    """Create an account; the first account ever is ADMIN unless `role` says otherwise.
+
+    Raises:
+        Forbidden: registration is closed and an account exists.
+        Conflict: the e-mail is taken (case-insensitively).
+    """
+    if conn.dialect.name == "postgresql":
+        # Serialise registrations so exactly one "first account" becomes ADMIN.
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('docex.register'))"))
+    any_user = conn.execute(sa.select(users.c.id).limit(1)).first() is not None
+    if any_user and not registration_open:
+        raise Forbidden("Registration is closed")
+    if conn.execute(sa.select(users.c.id).where(users.c.email_key == email.lower())).first():
+        raise Conflict("An account with this email already exists")
+    row = {
+        "id": new_id(), "email": email, "email_key": email.lower(), "name": name,
+        "password_hash": password_hash, "role": role or (Role.USER if any_user else Role.ADMIN),
+        "disabled": False, "created_at": now, "updated_at": now,
+    }
+    conn.execute(users.insert().values(**row))
+    return get_user(conn, row["id"])  # type: ignore[return-value]
+
+
+def get_user(conn: Connection, user_id: str) -> Row[Any] | None:
+    return conn.execute(sa.select(users).where(users.c.id == user_id)).first()
+
+
+def find_user_by_email(conn: Connection, email: str) -> Row[Any] | None:
+    return conn.execute(sa.select(users).where(users.c.email_key == email.lower())).first()
+
+
+def list_users(conn: Connection, limit: int, cursor: str | None) -> list[Row[Any]]:
+    query = sa.select(users).order_by(users.c.id.desc()).limit(limit + 1)
+    if cursor:
+        query = query.where(users.c.id < cursor)
+    return list(conn.execute(query))
+
+
+def update_user(conn: Connection, user_id: str, changes: dict[str, Any], now: dt.datetime) -> Row[Any] | None:
+    if changes:
+        conn.execute(users.update().where(users.c.id == user_id).values(**changes, updated_at=now))
+    return get_user(conn, user_id)
+
+
+def count_admins(conn: Connection) -> int:
+    query = sa.select(sa.func.count()).where(users.c.role == Role.ADMIN, users.c.disabled.is_(False))
+    return int(conn.execute(query).scalar_one())
+
+
+# --- refresh sessions ----------------------------------------------------------------
+
+def create_session(conn: Connection, *, user_id: str, refresh_hash: str, now: dt.datetime, ttl_s: int,
+                   user_agent: str | None, ip: str | None, family_id: str | None = None) -> Row[Any]:
+    session_id = new_id()
+    conn.execute(sessions.insert().values(
+        id=session_id, user_id=user_id, family_id=family_id or session_id, refresh_hash=refresh_hash,
+        created_at=now, last_used_at=now, expires_at=now + dt.timedelta(seconds=ttl_s),
+        user_agent=(user_agent or "")[:500] or None, ip=ip,
+    ))
+    return conn.execute(sa.select(sessions).where(sessions.c.id == session_id)).one()
+
+
+class RotateOutcome(StrEnum):
+    ROTATED = "rotated"
+    INVALID = "invalid"  # unknown, expired, logged out, or the account is disabled
+    REUSED = "reused"  # an already-rotated token: the whole family was revoked
+
+
+@dataclass(frozen=True)
+class Rotation:
+    outcome: RotateOutcome
+    user: Row[Any] | None = None
+    session: Row[Any] | None = None
+
+
+def rotate_session(conn: Connection, *, refresh_hash: str, new_refresh_hash: str, now: dt.datetime,
+                   ttl_s: int, user_agent: str | None, ip: str | None) -> Rotation:
+    """Trade a refresh token for a new session of the same family.
+
+    Returns an outcome rather than raising, so that the revocation of a family on
+    reuse is committed before the caller answers 401.
+    """
+    query = sa.select(sessions).where(sessions.c.refresh_hash == refresh_hash)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()  # two refreshes with one token: one wins, one is reuse
+    old = conn.execute(query).first()
+    if old is None:
+        return Rotation(RotateOutcome.INVALID)
+    if old.revoked_at is not None:
+        if old.revoked_reason == "rotated":
+            revoke_family(conn, old.family_id, now, "reuse")
+            return Rotation(RotateOutcome.REUSED)
+        return Rotation(RotateOutcome.INVALID)
+    user = get_user(conn, old.user_id)
+    if old.expires_at <= now or user is None or user.disabled:
+        return Rotation(RotateOutcome.INVALID)
+    conn.execute(sessions.update().where(sessions.c.id == old.id)
+                 .values(revoked_at=now, revoked_reason="rotated", last_used_at=now))
+    new = create_session(conn, user_id=old.user_id, refresh_hash=new_refresh_hash, now=now, ttl_s=ttl_s,
+                         user_agent=user_agent, ip=ip, family_id=old.family_id)
+    return Rotation(RotateOutcome.ROTATED, user, new)
+
+
+def revoke_family(conn: Connection, family_id: str, now: dt.datetime, reason: str) -> None:
+    conn.execute(sessions.update()
+                 .where(sessions.c.family_id == family_id, sessions.c.revoked_at.is_(None))
+                 .values(revoked_at=now, revoked_reason=reason))
+
+
+def revoke_session_by_refresh(conn: Connection, refresh_hash: str, now: dt.datetime) -> bool:
+    """Log out one session; True if the token belonged to a session (revoked now or before)."""
+    row = conn.execute(sa.select(sessions.c.id, sessions.c.revoked_at)
+                       .where(sessions.c.refresh_hash == refresh_hash)).first()
+    if row is None:
+        return False
+    if row.revoked_at is None:
+        conn.execute(sessions.update().where(sessions.c.id == row.id)
+                     .values(revoked_at=now, revoked_reason="logout"))
+    return True
+
+
+def revoke_user_sessions(conn: Connection, user_id: str, now: dt.datetime) -> None:
+    conn.execute(sessions.update()
+                 .where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None))
+                 .values(revoked_at=now, revoked_reason="logout_all"))
+
+
+def revoke_session(conn: Connection, user_id: str, session_id: str, now: dt.datetime) -> bool:
+    result = conn.execute(sessions.update()
+                          .where(sessions.c.id == session_id, sessions.c.user_id == user_id,
+                                 sessions.c.revoked_at.is_(None), sessions.c.expires_at > now)
+                          .values(revoked_at=now, revoked_reason="deleted"))
+    return result.rowcount == 1
+
+
+def list_sessions(conn: Connection, user_id: str, now: dt.datetime, limit: int,
+                  cursor: str | None) -> list[Row[Any]]:
+    query = (sa.select(sessions)
+             .where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None), sessions.c.expires_at > now)
+             .order_by(sessions.c.id.desc()).limit(limit + 1))
+    if cursor:
+        query = query.where(sessions.c.id < cursor)
+    return list(conn.execute(query))
+
+
+def active_session_user(conn: Connection, session_id: str, now: dt.datetime) -> Row[Any] | None:
+    """The enabled user behind a live session (read only: see `touch_session`)."""
+    return conn.execute(
+        sa.select(users, sessions.c.last_used_at.label("session_last_used_at"))
+        .join(sessions, sessions.c.user_id == users.c.id)
+        .where(sessions.c.id == session_id, sessions.c.revoked_at.is_(None),
+               sessions.c.expires_at > now, users.c.disabled.is_(False))
+    ).first()
+
+
+def needs_touch(last_used_at: dt.datetime | None, now: dt.datetime) -> bool:
+    return last_used_at is None or last_used_at < now - TOUCH_INTERVAL
+
+
+def touch_session(conn: Connection, session_id: str, now: dt.datetime) -> None:
+    conn.execute(sessions.update().where(sessions.c.id == session_id).values(last_used_at=now))
+
+
+def touch_api_key(conn: Connection, key_id: str, now: dt.datetime) -> None:
+    conn.execute(api_keys.update().where(api_keys.c.id == key_id).values(last_used_at=now))
+
+
+# --- API keys ------------------------------------------------------------------------
+
+def _active_key(now: dt.datetime) -> sa.ColumnElement[bool]:
+    return sa.and_(api_keys.c.revoked_at.is_(None),
+                   sa.or_(api_keys.c.expires_at.is_(None), api_keys.c.expires_at > now))
+
+
+def create_api_key(conn: Connection, *, user_id: str, name: str, role: Role, prefix: str, last4: str,
+                   key_hash: str, expires_at: dt.datetime | None, now: dt.datetime,
+                   max_active: int) -> Row[Any]:
+    """Raises Conflict when the user already holds `max_active` active keys."""
+    if conn.dialect.name == "postgresql":
+        # Lock the owner so two concurrent creations cannot both pass the count.
+        conn.execute(sa.select(users.c.id).where(users.c.id == user_id).with_for_update())
+    active = conn.execute(sa.select(sa.func.count()).select_from(api_keys)
+                          .where(api_keys.c.user_id == user_id, _active_key(now))).scalar_one()
+    if active >= max_active:
+        raise Conflict(f"At most {max_active} active API keys per user; revoke one first")
+    key_id = new_id()
+    conn.execute(api_keys.insert().values(
+        id=key_id, user_id=user_id, name=name, role=role, prefix=prefix, last4=last4, key_hash=key_hash,
+        created_at=now, expires_at=expires_at,
+    ))
+    return conn.execute(sa.select(api_keys).where(api_keys.c.id == key_id)).one()
+
+
+def list_api_keys(conn: Connection, user_id: str, now: dt.datetime, limit: int,
+                  cursor: str | None) -> list[Row[Any]]:
+    query = (sa.select(api_keys).where(api_keys.c.user_id == user_id, api_keys.c.revoked_at.is_(None))
+             .order_by(api_keys.c.id.desc()).limit(limit + 1))
+    if cursor:
+        query = query.where(api_keys.c.id < cursor)
+    return list(conn.execute(query))
+
+
+def revoke_api_key(conn: Connection, user_id: str, key_id: str, now: dt.datetime) -> bool:
+    result = conn.execute(api_keys.update()
+                          .where(api_keys.c.id == key_id, api_keys.c.user_id == user_id,
+                                 api_keys.c.revoked_at.is_(None))
+                          .values(revoked_at=now))
+    return result.rowcount == 1
+
+
+def active_api_key_user(conn: Connection, key_hash: str, now: dt.datetime) -> Row[Any] | None:
+    """The key and its enabled owner (read only: see `touch_api_key`)."""
+    return conn.execute(
+        sa.select(users, api_keys.c.id.label("key_id"), api_keys.c.role.label("key_role"),
+                  api_keys.c.last_used_at.label("key_last_used_at"))
+        .join(api_keys, api_keys.c.user_id == users.c.id)
+        .where(api_keys.c.key_hash == key_hash, _active_key(now), users.c.disabled.is_(False))
+    ).first()
+
+
+# --- admin ---------------------------------------------------------------------------
+
+def account_stats(conn: Connection, now: dt.datetime) -> dict[str, int]:
+    def count(query: sa.Select[Any]) -> int:
+        return int(conn.execute(query).scalar_one())
+
+    return {
+        "users": count(sa.select(sa.func.count()).select_from(users)),
+        "admins": count(sa.select(sa.func.count()).select_from(users).where(users.c.role == Role.ADMIN)),
+        "disabledUsers": count(sa.select(sa.func.count()).select_from(users).where(users.c.disabled.is_(True))),
+        "activeSessions": count(sa.select(sa.func.count()).select_from(sessions).where(
+            sessions.c.revoked_at.is_(None), sessions.c.expires_at > now)),
+        "activeApiKeys": count(sa.select(sa.func.count()).select_from(api_keys).where(_active_key(now))),
+    }
