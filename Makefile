@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test migrate check bench clean
+.PHONY: run test lint migrate bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,11 @@ migrate: $(VENV)/.installed
 # Set DOCEX_TEST_DATABASE_URL=postgresql+psycopg://... to run the suite on PostgreSQL.
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed-test
+	$(BIN)/python -m pip install --quiet ruff mypy
+	$(BIN)/ruff check daemon tests bench
+	$(BIN)/mypy daemon
 
 bench: $(VENV)/.installed-test
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done

@@ -14,7 +14,8 @@ from typing import Any
 import trio
 
 from daemon import __version__
-from daemon.config import Config, ConfigError, describe, load_config, with_dev_secrets
+from daemon.config import Config, describe, load_config, with_dev_secrets
+from daemon.errors import ConfigError
 
 EXIT_CONFIG = 2
 

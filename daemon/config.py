@@ -87,6 +87,9 @@ class LogConfig:
 class ServerConfig:
     grace_period_s: int = _setting(30, doc="how long SIGTERM waits for requests and jobs")
     watchdog: bool = _setting(True, doc="ping systemd's watchdog when WATCHDOG_USEC is set")
+    # Behind a reverse proxy, the client address (rate limits, sessions list) comes from
+    # X-Forwarded-For, trusting this many proxies; 0 trusts none and uses the peer address.
+    trusted_proxy_hops: int = _setting(0, hot=False)
 
 
 @dataclass(frozen=True)
@@ -408,6 +411,7 @@ def _validate(c: Config) -> list[str]:
     check(bool(re.fullmatch(r"[A-Za-z0-9_\-]{1,32}", c.auth.api_key_prefix)),
           "API_KEY_PREFIX: 1-32 letters, digits, _ or -")
     check(c.auth.max_api_keys_per_user >= 1, "MAX_API_KEYS_PER_USER: must be at least 1")
+    check(0 <= c.server.trusted_proxy_hops <= 10, "server.trusted_proxy_hops: must be 0-10")
     check(0 <= c.jobs.workers <= 256, "jobs.workers: must be 0-256")
     check(c.jobs.max_attempts >= 1, "jobs.max_attempts: must be at least 1")
     check(c.jobs.max_pages >= 1, "jobs.max_pages: must be at least 1")

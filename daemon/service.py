@@ -24,7 +24,8 @@ from typing import Any
 
 import trio
 
-from daemon.config import Config, ConfigError, hot_reload, load_config, with_dev_secrets
+from daemon.config import Config, hot_reload, load_config, with_dev_secrets
+from daemon.errors import ConfigError
 from daemon.http.server import run_http
 from daemon.jobs.pool import run_reaper, run_workers
 from daemon.logs import set_level

@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 import random
 
-import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 

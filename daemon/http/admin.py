@@ -31,13 +31,13 @@ class AdminUserOut(BaseModel):
     email: str
     role: Role
     disabled: bool
-    createdAt: str  # noqa: N815
-    updatedAt: str  # noqa: N815
+    createdAt: str
+    updatedAt: str
 
 
 class AdminUserPage(BaseModel):
     data: list[AdminUserOut]
-    nextCursor: str | None  # noqa: N815
+    nextCursor: str | None
 
 
 class UpdateUserBody(BaseModel):

@@ -9,13 +9,13 @@ import uuid
 from typing import Any, NoReturn
 
 from quart import Response, g, request
-from quart_trio.wrappers import TrioRequest
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
+from quart_trio.wrappers import TrioRequest
 
 from daemon import __version__
-from daemon.errors import BadRequest
 from daemon.auth.guard import install_guard
+from daemon.errors import BadRequest
 from daemon.http import admin, auth, ops
 from daemon.http.errors import install_error_handlers
 from daemon.services import Services

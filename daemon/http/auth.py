@@ -105,7 +105,7 @@ class LoginBody(BaseModel):
 
 
 class RefreshBody(BaseModel):
-    refreshToken: str = Field(min_length=1, max_length=512)  # noqa: N815
+    refreshToken: str = Field(min_length=1, max_length=512)
 
 
 class UserOut(BaseModel):
@@ -113,35 +113,35 @@ class UserOut(BaseModel):
     name: str
     email: str
     role: Role
-    createdAt: str  # noqa: N815
+    createdAt: str
 
 
 class TokenPairOut(BaseModel):
     user: UserOut
-    accessToken: str  # noqa: N815
-    refreshToken: str  # noqa: N815
-    expiresIn: int = Field(description="access-token lifetime in seconds")  # noqa: N815
+    accessToken: str
+    refreshToken: str
+    expiresIn: int = Field(description="access-token lifetime in seconds")
 
 
 class SessionOut(BaseModel):
     id: str
-    createdAt: str  # noqa: N815
-    lastUsedAt: str  # noqa: N815
-    expiresAt: str  # noqa: N815
-    userAgent: str | None  # noqa: N815
+    createdAt: str
+    lastUsedAt: str
+    expiresAt: str
+    userAgent: str | None
     ip: str | None
     current: bool
 
 
 class SessionPage(BaseModel):
     data: list[SessionOut]
-    nextCursor: str | None  # noqa: N815
+    nextCursor: str | None
 
 
 class CreateApiKeyBody(BaseModel):
     name: str = Field(min_length=1, max_length=100)
     role: Role | None = None
-    expiresAt: dt.datetime | None = None  # noqa: N815
+    expiresAt: dt.datetime | None = None
 
     @field_validator("expiresAt")
     @classmethod
@@ -161,27 +161,27 @@ class ApiKeyOut(BaseModel):
     role: Role
     prefix: str
     last4: str
-    createdAt: str  # noqa: N815
-    expiresAt: str | None  # noqa: N815
-    lastUsedAt: str | None  # noqa: N815
+    createdAt: str
+    expiresAt: str | None
+    lastUsedAt: str | None
 
 
 class ApiKeyCreatedOut(ApiKeyOut):
-    apiKey: str = Field(description="the key itself, shown only in this answer")  # noqa: N815
+    apiKey: str = Field(description="the key itself, shown only in this answer")
 
 
 class ApiKeyPage(BaseModel):
     data: list[ApiKeyOut]
-    nextCursor: str | None  # noqa: N815
+    nextCursor: str | None
 
 
 class VerifyOut(BaseModel):
     valid: Literal[True]
-    userId: str  # noqa: N815
+    userId: str
     role: Role
     credential: Literal["access_token", "api_key"]
-    sessionId: str | None  # noqa: N815
-    apiKeyId: str | None  # noqa: N815
+    sessionId: str | None
+    apiKeyId: str | None
 
 
 def user_json(row: Any) -> dict[str, Any]:

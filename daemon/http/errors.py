@@ -7,6 +7,7 @@ traceback goes to the log, never to the client.
 from __future__ import annotations
 
 import logging
+
 from pydantic import ValidationError
 from quart import Quart, Response, g, jsonify, request
 from quart_schema import RequestSchemaValidationError

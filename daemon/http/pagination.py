@@ -38,7 +38,7 @@ class PageQuery(BaseModel):
 
 class Page(BaseModel, Generic[T]):
     data: list[T]
-    nextCursor: str | None  # noqa: N815 (the API's spelling)
+    nextCursor: str | None
 
 
 def encode_cursor(last_id: str) -> str:

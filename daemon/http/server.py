@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.middleware import ProxyFixMiddleware
 from hypercorn.trio import serve
 
 from daemon.http.app import create_app
@@ -31,4 +33,7 @@ async def run_http(
     hc.errorlog = logging.getLogger("hypercorn.error")  # into our JSON lines
     hc.keep_alive_timeout = 75  # above common proxies' 60 s idle timeout
     hc.include_server_header = False
-    await serve(create_app(services), hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+    app: Any = create_app(services)
+    if config.server.trusted_proxy_hops:
+        app = ProxyFixMiddleware(app, mode="legacy", trusted_hops=config.server.trusted_proxy_hops)
+    await serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)

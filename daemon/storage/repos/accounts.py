@@ -48,13 +48,14 @@ def create_user(conn: Connection, *, email: str, name: str, password_hash: str, 
         raise Forbidden("Registration is closed")
     if conn.execute(sa.select(users.c.id).where(users.c.email_key == email.lower())).first():
         raise Conflict("An account with this email already exists")
+    user_id = new_id()
     row = {
-        "id": new_id(), "email": email, "email_key": email.lower(), "name": name,
+        "id": user_id, "email": email, "email_key": email.lower(), "name": name,
         "password_hash": password_hash, "role": role or (Role.USER if any_user else Role.ADMIN),
         "disabled": False, "created_at": now, "updated_at": now,
     }
     conn.execute(users.insert().values(**row))
-    return get_user(conn, row["id"])  # type: ignore[return-value]
+    return conn.execute(sa.select(users).where(users.c.id == user_id)).one()
 
 
 def get_user(conn: Connection, user_id: str) -> Row[Any] | None:
