@@ -5,24 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-from quart import Blueprint, current_app
+from quart import Blueprint
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 
 from daemon.auth.guard import admin_only, current_principal
 from daemon.clock import iso, utcnow
 from daemon.errors import Conflict, NotFound
+from daemon.http.context import services
 from daemon.http.pagination import PageQuery, page
-from daemon.services import Services
 from daemon.storage.repos import accounts as repo
 from daemon.storage.repos.accounts import Role
 
 blueprint = Blueprint("admin", __name__, url_prefix="/api/admin")
 tag_blueprint(blueprint, ["admin"])
-
-
-def services() -> Services:
-    s: Services = current_app.extensions["docex"]
-    return s
 
 
 class AdminUserOut(BaseModel):

@@ -3,66 +3,25 @@
 from __future__ import annotations
 
 import datetime as dt
-import functools
-import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Literal
 
 from email_validator import EmailNotValidError, validate_email
 from pydantic import BaseModel, Field, field_validator
-from quart import Blueprint, Response, current_app, request
+from quart import Blueprint, Response, request
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 
 from daemon.auth import accounts
 from daemon.auth.guard import current_principal, jwt_only, public
 from daemon.auth.passwords import MAX_PASSWORD_BYTES
-from daemon.auth.ratelimit import shared_hit
 from daemon.clock import iso, utcnow
-from daemon.config import RateLimitConfig
-from daemon.errors import NotFound, TooManyRequests
+from daemon.errors import NotFound
+from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_content, services
 from daemon.http.pagination import PageQuery, page
-from daemon.services import Services
 from daemon.storage.repos import accounts as repo
 from daemon.storage.repos.accounts import Role
 
 blueprint = Blueprint("auth", __name__, url_prefix="/api/auth")
 tag_blueprint(blueprint, ["auth"])
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-def services() -> Services:
-    s: Services = current_app.extensions["docex"]
-    return s
-
-
-def client_ip() -> str:
-    return request.remote_addr or "unknown"
-
-
-async def enforce_limit(name: str, subject: str) -> None:
-    """Count one hit of limit `name` (a field of `rate_limits`) for `subject`, shared across processes."""
-    limit = getattr(services().config.rate_limits, name)
-    retry_after = await services().db.run(shared_hit, f"{name}:{subject}", limit, time.time())
-    if retry_after is not None:
-        raise TooManyRequests(retry_after)
-
-
-def limited_per_ip(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
-    """Rate-limit a public route per client IP, before its body is even read."""
-    assert name in RateLimitConfig.__dataclass_fields__
-
-    def decorate(view: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
-        @functools.wraps(view)
-        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            await enforce_limit(name, f"ip:{client_ip()}")
-            return await view(*args, **kwargs)
-
-        return wrapper
-
-    return decorate
-
 
 # --- request and response models -------------------------------------------------------
 
@@ -200,10 +159,6 @@ def api_key_json(row: Any) -> dict[str, Any]:
 
 def this_client() -> accounts.Client:
     return accounts.Client(user_agent=request.headers.get("User-Agent"), ip=client_ip())
-
-
-def no_content() -> Response:
-    return Response(status=204)
 
 
 # --- routes ---------------------------------------------------------------------------

@@ -7,12 +7,12 @@ from typing import Any
 
 import trio
 from pydantic import BaseModel
-from quart import Blueprint, Response, current_app
+from quart import Blueprint, Response
 from quart_schema import document_response, tag
 
 from daemon import __version__
 from daemon.auth.guard import public
-from daemon.services import Services
+from daemon.http.context import services
 from daemon.storage.migrate import is_current
 
 log = logging.getLogger(__name__)
@@ -30,11 +30,6 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     status: str
     checks: dict[str, str]
-
-
-def _services() -> Services:
-    services: Services = current_app.extensions["docex"]
-    return services
 
 
 @blueprint.get("/api/health")
@@ -56,18 +51,18 @@ async def ready() -> tuple[dict[str, Any], int]:
 
     Answers 503 with the failing checks otherwise.
     """
-    services = _services()
+    state = services()
     checks: dict[str, str] = {}
     try:
         with trio.fail_after(_READY_DB_TIMEOUT_S):
-            current = await services.db.read(is_current)
+            current = await state.db.read(is_current)
         checks["database"] = "ok"
         checks["migrations"] = "ok" if current else "pending: run `docex migrate`"
     except Exception as exc:  # any failure to reach the database means "not ready"
         log.warning("readiness: database unreachable", extra={"action": "ready.db_failed", "error": type(exc).__name__})
         checks["database"] = "unreachable"
         checks["migrations"] = "unknown"
-    for part, running in services.running.items():
+    for part, running in state.running.items():
         checks[part] = "ok" if running else "stopped"
     ok = all(v == "ok" for v in checks.values())
     return {"status": "ready" if ok else "unavailable", "checks": checks}, 200 if ok else 503
@@ -78,5 +73,5 @@ async def ready() -> tuple[dict[str, Any], int]:
 @tag(["operations"])
 async def metrics() -> Response:
     """Prometheus text exposition."""
-    body = await _services().metrics.render()
+    body = await services().metrics.render()
     return Response(body, content_type="text/plain; version=0.0.4; charset=utf-8")

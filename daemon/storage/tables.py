@@ -103,3 +103,97 @@ rate_limit_hits = sa.Table(
     sa.Column("window_start", sa.BigInteger, primary_key=True, autoincrement=False),
     sa.Column("count", sa.Integer, nullable=False),
 )
+
+
+# --- schemas, jobs, runs, events (SPEC §5, §6, §8) --------------------------------------
+
+schemas = sa.Table(
+    "schemas",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("description", sa.Text),
+    sa.Column("definition", sa.JSON, nullable=False),
+    # Ids of the owner's webhook endpoints bound to this schema (routing overrides patterns).
+    sa.Column("webhook_endpoint_ids", sa.JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("deleted_at", UTCDateTime),
+)
+
+job_runs = sa.Table(
+    "job_runs",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    _id("schema_id", nullable=False),
+    sa.Column("status", sa.String(12), nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("finished_at", UTCDateTime),
+    # job_run.progress is sent at most once a second per run.
+    sa.Column("progress_sent_at", UTCDateTime),
+)
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    _id("schema_id", nullable=False, index=True),
+    _id("job_run_id", sa.ForeignKey("job_runs.id", ondelete="SET NULL"), index=True),
+    sa.Column("type", sa.String(20), nullable=False),
+    sa.Column("status", sa.String(12), nullable=False),
+    sa.Column("file_name", sa.String(500)),
+    sa.Column("file_size", sa.BigInteger),
+    sa.Column("mime_type", sa.String(100)),
+    sa.Column("sha256", sa.String(64)),
+    sa.Column("blob_key", sa.String(100)),
+    sa.Column("source", sa.JSON),  # a remote file still to fetch (integrations)
+    sa.Column("page_count", sa.Integer),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("result", sa.JSON),
+    sa.Column("original_result", sa.JSON),
+    sa.Column("result_meta", sa.JSON),
+    sa.Column("error_message", sa.Text),
+    sa.Column("error_code", sa.String(40)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("started_at", UTCDateTime),
+    sa.Column("finished_at", UTCDateTime),
+    # The queue: a QUEUED job is claimable from run_after on (retries back off);
+    # a RUNNING job belongs to lease_owner until lease_expires_at.
+    sa.Column("run_after", UTCDateTime),
+    sa.Column("lease_owner", sa.String(64)),
+    sa.Column("lease_expires_at", UTCDateTime),
+    sa.Index("ix_jobs_queue", "status", "run_after"),
+)
+
+# The outbox: every state change writes its event in the same transaction;
+# the webhook dispatcher turns events into deliveries.
+events = sa.Table(
+    "events",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("data", sa.JSON, nullable=False),
+    sa.Column("occurred_at", UTCDateTime, nullable=False),
+    _id("schema_id"),
+    _id("job_id", index=True),
+    _id("job_run_id"),
+)
+
+idempotency_keys = sa.Table(
+    "idempotency_keys",
+    metadata,
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("request_hash", sa.String(64), nullable=False),
+    sa.Column("resource_type", sa.String(20), nullable=False),
+    _id("resource_id", nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("expires_at", UTCDateTime, nullable=False, index=True),
+)

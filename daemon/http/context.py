@@ -1,0 +1,54 @@
+"""What a route handler needs from the current request, in one place."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from typing import ParamSpec, TypeVar
+
+from quart import Response, current_app, request
+
+from daemon.auth.ratelimit import shared_hit
+from daemon.config import RateLimitConfig
+from daemon.errors import TooManyRequests
+from daemon.services import Services
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def services() -> Services:
+    s: Services = current_app.extensions["docex"]
+    return s
+
+
+def client_ip() -> str:
+    return request.remote_addr or "unknown"
+
+
+def no_content() -> Response:
+    return Response(status=204)
+
+
+async def enforce_limit(name: str, subject: str) -> None:
+    """Count one hit of limit `name` (a field of `rate_limits`) for `subject`, shared across processes."""
+    limit = getattr(services().config.rate_limits, name)
+    retry_after = await services().db.run(shared_hit, f"{name}:{subject}", limit, time.time())
+    if retry_after is not None:
+        raise TooManyRequests(retry_after)
+
+
+def limited_per_ip(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Awaitable[R]]]:
+    """Rate-limit a public route per client IP, before its body is even read."""
+    assert name in RateLimitConfig.__dataclass_fields__, name
+
+    def decorate(view: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+        @functools.wraps(view)
+        async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            await enforce_limit(name, f"ip:{client_ip()}")
+            return await view(*args, **kwargs)
+
+        return wrapper
+
+    return decorate
