@@ -1,8 +1,13 @@
-"""Serve the app with hypercorn's trio worker inside our nursery."""
+"""Serve the app with hypercorn's trio worker inside our nursery.
+
+On `shutdown` hypercorn stops accepting connections, closes idle keep-alive
+connections and lets in-flight requests finish within the grace period.
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -13,6 +18,34 @@ from hypercorn.trio import serve
 from daemon.http.app import create_app
 from daemon.services import Services
 
+Send = Callable[[Any], Awaitable[None]]
+
+
+class ShieldedSend:
+    """Shield the ASGI `send` of HTTP requests from cancellation.
+
+    quart-trio cancels a request's tasks when it sees the disconnect that
+    hypercorn delivers inside the response's last `send`; hypercorn re-arms its
+    keep-alive idle timer later in that same call, and the cancellation killed
+    it. Without the timer an idle keep-alive connection was never closed: not
+    after `keep_alive_timeout`, and not at shutdown, which then waited out the
+    whole grace period. Hypercorn shields its socket writes already.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def shielded(message: Any) -> None:
+            with trio.CancelScope(shield=True):
+                await send(message)
+
+        await self.app(scope, receive, shielded)
+
 
 async def run_http(
     services: Services,
@@ -20,11 +53,7 @@ async def run_http(
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Bind, report the bound addresses through `task_status`, serve until `shutdown`.
-
-    On `shutdown` hypercorn stops accepting connections and lets in-flight
-    requests finish for up to the grace period.
-    """
+    """Bind, report the bound addresses through `task_status`, serve until `shutdown`."""
     config = services.config
     hc = HypercornConfig()
     hc.bind = [f"[{config.host}]:{config.port}" if ":" in config.host else f"{config.host}:{config.port}"]
@@ -36,4 +65,4 @@ async def run_http(
     app: Any = create_app(services)
     if config.server.trusted_proxy_hops:
         app = ProxyFixMiddleware(app, mode="legacy", trusted_hops=config.server.trusted_proxy_hops)
-    await serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+    await serve(ShieldedSend(app), hc, shutdown_trigger=shutdown.wait, task_status=task_status)
