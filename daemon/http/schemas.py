@@ -1,0 +1,205 @@
+"""/api/schemas (a user's extraction schemas) and the public /api/schema/convert (SPEC §5)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from quart import Blueprint, Response
+from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
+
+from daemon.auth.guard import current_principal, public
+from daemon.clock import iso, utcnow
+from daemon.errors import BadRequest, NotFound
+from daemon.http.context import limited_per_ip, no_content, services
+from daemon.http.pagination import PageQuery, page
+from daemon.schemas.convert import (
+    ConversionError,
+    FieldSpec,
+    field_json,
+    fields_to_schema,
+    infer_schema,
+    schema_to_fields,
+)
+from daemon.schemas.definition import MAX_PROPERTIES, check_definition
+from daemon.storage.repos import schemas as repo
+
+blueprint = Blueprint("schemas", __name__, url_prefix="/api")
+tag_blueprint(blueprint, ["schemas"])
+
+MAX_BOUND_ENDPOINTS = 50
+
+EndpointId = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+
+# --- request and response models -------------------------------------------------------
+
+def _unique_ids(value: list[str] | None) -> list[str] | None:
+    if value is not None and len(set(value)) != len(value):
+        raise ValueError("All webhookEndpointIds's elements must be unique")
+    return value
+
+
+def _not_blank(value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise ValueError("name should not be empty")
+    return value.strip() if value is not None else None
+
+
+class CreateSchemaBody(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=2000)
+    definition: dict[str, Any] = Field(description="a JSON Schema (draft 2020-12) whose root is an object")
+    webhookEndpointIds: list[EndpointId] = Field(default_factory=list, max_length=MAX_BOUND_ENDPOINTS)
+
+    _name = field_validator("name")(_not_blank)
+    _ids = field_validator("webhookEndpointIds")(_unique_ids)
+
+
+class UpdateSchemaBody(BaseModel):
+    """Only the keys given change; `description: null` clears the description, null for the others changes nothing."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=2000)
+    definition: dict[str, Any] | None = None
+    webhookEndpointIds: list[EndpointId] | None = Field(default=None, max_length=MAX_BOUND_ENDPOINTS)
+
+    _name = field_validator("name")(_not_blank)
+    _ids = field_validator("webhookEndpointIds")(_unique_ids)
+
+
+class SchemaOut(BaseModel):
+    id: str
+    name: str
+    description: str | None
+    definition: dict[str, Any]
+    webhookEndpointIds: list[str]
+    createdAt: str
+    updatedAt: str
+
+
+class SchemaPage(BaseModel):
+    data: list[SchemaOut]
+    nextCursor: str | None
+
+
+class ConvertBody(BaseModel):
+    """Exactly one of the three forms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fields: list[FieldSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROPERTIES)
+    jsonSchema: dict[str, Any] | None = None
+    example: dict[str, Any] | None = Field(default=None, description="a sample result")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ConvertBody:
+        given = [v for v in (self.fields, self.jsonSchema, self.example) if v is not None]
+        if len(given) != 1:
+            raise ValueError("exactly one of fields, jsonSchema or example must be given")
+        return self
+
+
+class ConvertOut(BaseModel):
+    """`jsonSchema` for a `fields` or `example` request; `fields` for a `jsonSchema` one."""
+
+    jsonSchema: dict[str, Any] | None = None
+    fields: list[FieldSpec] | None = None
+
+
+def schema_json(row: Any) -> dict[str, Any]:
+    """The schema object of the API."""
+    return {"id": row.id, "name": row.name, "description": row.description, "definition": row.definition,
+            "webhookEndpointIds": list(row.webhook_endpoint_ids),
+            "createdAt": iso(row.created_at), "updatedAt": iso(row.updated_at)}
+
+
+def checked_definition(definition: dict[str, Any]) -> dict[str, Any]:
+    """`definition` if it is a supported schema; else BadRequest naming each problem's path."""
+    problems = check_definition(definition)
+    if problems:
+        raise BadRequest(problems)
+    return definition
+
+
+# --- routes ---------------------------------------------------------------------------
+
+@blueprint.post("/schemas")
+@validate_request(CreateSchemaBody)
+@document_response(SchemaOut, 201)
+async def create_schema(data: CreateSchemaBody) -> tuple[dict[str, Any], int]:
+    """Create a schema; an invalid definition is 400 with one message per problem."""
+    row = await services().db.run(
+        repo.create_schema, user_id=current_principal().user_id, name=data.name, description=data.description,
+        definition=checked_definition(data.definition), webhook_endpoint_ids=data.webhookEndpointIds, now=utcnow(),
+    )
+    return schema_json(row), 201
+
+
+@blueprint.get("/schemas")
+@validate_querystring(PageQuery)
+@document_response(SchemaPage)
+async def list_schemas(query_args: PageQuery) -> dict[str, Any]:
+    """The current user's schemas that are not deleted, newest first."""
+    rows = await services().db.read(repo.list_schemas, current_principal().user_id, query_args.limit,
+                                    query_args.cursor)
+    return page(rows, query_args.limit, schema_json)
+
+
+@blueprint.get("/schemas/<schema_id>")
+@document_response(SchemaOut)
+async def get_schema(schema_id: str) -> dict[str, Any]:
+    row = await services().db.read(repo.get_schema, current_principal().user_id, schema_id)
+    if row is None:
+        raise NotFound("Schema not found")
+    return schema_json(row)
+
+
+@blueprint.patch("/schemas/<schema_id>")
+@validate_request(UpdateSchemaBody)
+@document_response(SchemaOut)
+async def update_schema(schema_id: str, data: UpdateSchemaBody) -> dict[str, Any]:
+    """Change name, description, definition (checked again) or bound webhook endpoints."""
+    given = data.model_dump(exclude_unset=True)
+    changes: dict[str, Any] = {}
+    if given.get("name") is not None:
+        changes["name"] = given["name"]
+    if "description" in given:
+        changes["description"] = given["description"]
+    if given.get("definition") is not None:
+        changes["definition"] = checked_definition(given["definition"])
+    if given.get("webhookEndpointIds") is not None:
+        changes["webhook_endpoint_ids"] = given["webhookEndpointIds"]
+    row = await services().db.run(repo.update_schema, current_principal().user_id, schema_id, changes, utcnow())
+    if row is None:
+        raise NotFound("Schema not found")
+    return schema_json(row)
+
+
+@blueprint.delete("/schemas/<schema_id>")
+async def delete_schema(schema_id: str) -> Response:
+    """Soft-delete: jobs already queued on it fail with SCHEMA_NOT_FOUND."""
+    if not await services().db.run(repo.delete_schema, current_principal().user_id, schema_id, utcnow()):
+        raise NotFound("Schema not found")
+    return no_content()
+
+
+@blueprint.post("/schema/convert")
+@public
+@limited_per_ip("schema_convert")
+@validate_request(ConvertBody)
+@document_response(ConvertOut)
+async def convert(data: ConvertBody) -> dict[str, Any]:
+    """Convert between field form and JSON Schema, or infer a JSON Schema from a sample result.
+
+    `{"fields"}` → `{"jsonSchema"}`, `{"jsonSchema"}` → `{"fields"}`, `{"example"}` → `{"jsonSchema"}`.
+    """
+    try:
+        if data.fields is not None:
+            return {"jsonSchema": fields_to_schema(data.fields)}
+        if data.jsonSchema is not None:
+            return {"fields": [field_json(f) for f in schema_to_fields(data.jsonSchema)]}
+        assert data.example is not None
+        return {"jsonSchema": infer_schema(data.example)}
+    except ConversionError as exc:
+        raise BadRequest(exc.problems) from exc

@@ -1,0 +1,320 @@
+"""The docex schema subset (SPEC §5): which definitions are accepted, and whether a
+result matches one.
+
+A definition is a JSON Schema, draft 2020-12, of this shape and nothing more::
+
+    root      {"type": "object", "properties": {name: property, ...}, "required"?: [name, ...],
+               "$schema"?: DIALECT, "title"?, "description"?}
+    property  a scalar, an object or an array, each with an optional "title" and "description"
+    scalar    {"type": "string" | "number" | "integer" | "boolean", "enum"?: [value, ...],
+               "format"?: "date" | "date-time" | "email" | "uri"}      (format on strings only)
+    object    {"type": "object", "properties": {name: property, ...}, "required"?: [...]}
+    array     {"type": "array", "items": item}
+    item      a scalar or an object, without "title" or "description" (describe the array)
+
+No $ref, combinators or constraints: the subset is exactly what the field form of
+`daemon.schemas.convert` can say (so conversions are lossless), every extractor can
+fill it, and the limits below bound the work a hostile definition can cause.
+
+Problems are named by a JSON path from a root (``definition.properties.total.type``;
+names that are not identifiers are quoted: ``definition.properties["unit price"]``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from jsonschema import Draft202012Validator, FormatChecker
+
+DIALECT = "https://json-schema.org/draft/2020-12/schema"
+TYPES = ("string", "number", "integer", "boolean", "object", "array")
+SCALAR_TYPES = ("string", "number", "integer", "boolean")
+ITEM_TYPES = (*SCALAR_TYPES, "object")  # no arrays of arrays
+FORMATS = ("date", "date-time", "email", "uri")
+
+# Limits: generous for invoices, receipts and contracts, small enough that neither the
+# extractor nor jsonschema can be made to do unbounded work by one definition.
+MAX_DEPTH = 5  # levels of properties: the root's are level 1, an object's members one deeper
+MAX_PROPERTIES = 200  # properties at every level together
+MAX_NAME_CHARS = 200
+MAX_TEXT_CHARS = 2000  # title and description
+MAX_ENUM_VALUES = 500
+# validate_result reports at most this many errors, each cut to this length (a message
+# quotes the failing value, which may be a whole extracted table).
+MAX_RESULT_ERRORS = 100
+MAX_MESSAGE_CHARS = 300
+
+ROOT_KEYWORDS = ("$schema", "type", "title", "description", "properties", "required")
+PROPERTY_KEYWORDS = ("type", "title", "description", "format", "enum", "properties", "required", "items")
+ITEM_KEYWORDS = ("type", "format", "enum", "properties", "required")
+
+TYPE_NOUNS = {"string": "a string", "number": "a number", "integer": "an integer number",
+              "boolean": "a boolean value"}
+
+Path = tuple[str | int, ...]
+
+_IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
+_META = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
+def json_path(root: str, parts: Iterable[str | int]) -> str:
+    """``root.a.b[0]["c d"]``: how problems name a place in a JSON document."""
+    out = root
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _IDENTIFIER.fullmatch(part):
+            out += f".{part}"
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out
+
+
+def matches_type(json_type: str, value: object) -> bool:
+    """Whether `value` is an instance of the scalar JSON Schema `json_type` (bools are not numbers)."""
+    if json_type == "string":
+        return isinstance(value, str)
+    if json_type == "boolean":
+        return isinstance(value, bool)
+    if json_type == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if json_type == "number":
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    return False
+
+
+# --- definitions ---------------------------------------------------------------------
+
+def check_definition(definition: object, *, root: str = "definition") -> list[str]:
+    """Problems that keep `definition` from being a docex schema; empty if it is one.
+
+    The subset rules (module docstring) and limits are checked first; then, unless a limit
+    was exceeded, the definition is validated against the draft 2020-12 meta-schema, whose
+    findings are kept where the subset rules found nothing (they read
+    ``definition.required: 'total' is not of type 'array'``). Each problem starts with
+    the JSON path of its place under `root`. Never raises.
+    """
+    if not isinstance(definition, dict):
+        return [f"{root} must be an object"]
+    walk = _Walk()
+    walk.root(definition)
+    found = list(walk.found)
+    if not walk.over_limit:
+        reported = [path for path, _ in walk.found]
+        for error in _META.iter_errors(definition):
+            path = tuple(error.absolute_path)
+            if not any(path[: len(p)] == p for p in reported):
+                found.append((path, f": {error.message}"))
+    return [json_path(root, path) + message for path, message in found]
+
+
+class _Walk:
+    """Collects (path, message) problems of the subset rules, with bounded recursion."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[Path, str]] = []
+        self.properties = 0
+        self.over_limit = False
+
+    def add(self, path: Path, message: str) -> None:
+        self.found.append((path, " " + message))
+
+    def root(self, node: dict[str, Any]) -> None:
+        if node.get("type") != "object":
+            self.add(("type",), "must be object (the root of a schema is an object)")
+            return  # anything else said about a root of the wrong type would be noise
+        self.unknown_keywords(node, (), ROOT_KEYWORDS, "the root of a schema")
+        if "$schema" in node and node["$schema"] != DIALECT:
+            self.add(("$schema",), f"must be {DIALECT}")
+        self.texts(node, ())
+        self.members(node, (), depth=1)
+
+    def unknown_keywords(self, node: dict[str, Any], path: Path, allowed: Sequence[str], what: str) -> None:
+        for key in node:
+            if key not in allowed:
+                self.add((*path, key), f"is not supported: {what} may only use {', '.join(allowed)}")
+
+    def texts(self, node: dict[str, Any], path: Path) -> None:
+        for key in ("title", "description"):
+            value = node.get(key)
+            if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+                self.add((*path, key), f"must be shorter than or equal to {MAX_TEXT_CHARS} characters")
+
+    def members(self, node: dict[str, Any], path: Path, depth: int) -> None:
+        """The members of an object whose own members are at level `depth`."""
+        props = node.get("properties")
+        if props is None or props == {}:
+            self.add((*path, "properties"), "must declare at least one property")
+            return
+        if not isinstance(props, dict):
+            return  # the meta-schema says what is wrong
+        if depth > MAX_DEPTH:
+            self.add((*path, "properties"), f"is nested deeper than {MAX_DEPTH} levels")
+            self.over_limit = True
+            return
+        for name, child in props.items():
+            self.properties += 1
+            if self.properties > MAX_PROPERTIES:
+                self.add((), f"has more than {MAX_PROPERTIES} properties (at most {MAX_PROPERTIES} in all)")
+                self.over_limit = True
+                return
+            if not 1 <= len(name) <= MAX_NAME_CHARS:
+                self.add((*path, "properties", name), f"must have a name of 1 to {MAX_NAME_CHARS} characters")
+            self.schema(child, (*path, "properties", name), depth)
+        required = node.get("required")
+        if isinstance(required, list):
+            for i, name in enumerate(required):
+                if isinstance(name, str) and name not in props:
+                    self.add((*path, "required", i),
+                             f"must name a declared property ({json.dumps(name)} is not one)")
+
+    def schema(self, node: object, path: Path, depth: int, *, item: bool = False) -> None:
+        """A property (or, with `item`, the items of an array) at level `depth`."""
+        if not isinstance(node, dict):
+            self.add(path, "must be an object")
+            return
+        if item:
+            self.unknown_keywords(node, path, ITEM_KEYWORDS, "array items")
+        else:
+            self.unknown_keywords(node, path, PROPERTY_KEYWORDS, "a property")
+            self.texts(node, path)
+        kind = node.get("type")
+        allowed_types = ITEM_TYPES if item else TYPES
+        if kind not in allowed_types:
+            self.add((*path, "type"), f"must be one of {', '.join(allowed_types)}")
+            return
+        if "format" in node:
+            if kind != "string":
+                self.add((*path, "format"), "is only allowed on strings")
+            elif node["format"] not in FORMATS:
+                self.add((*path, "format"), f"must be one of {', '.join(FORMATS)}")
+        if "enum" in node:
+            if kind in SCALAR_TYPES:
+                self.enum(node["enum"], kind, (*path, "enum"))
+            else:
+                self.add((*path, "enum"), "is only allowed on strings, numbers, integers and booleans")
+        for key in ("properties", "required"):
+            if key in node and kind != "object":
+                self.add((*path, key), "is only allowed on objects")
+        if "items" in node and kind != "array":
+            self.add((*path, "items"), "is only allowed on arrays")
+        if kind == "object":
+            self.members(node, path, depth + 1)
+        elif kind == "array":
+            if "items" not in node:
+                self.add((*path, "items"), "must describe the items of the array")
+            else:
+                self.schema(node["items"], (*path, "items"), depth, item=True)
+
+    def enum(self, values: object, kind: str, path: Path) -> None:
+        if not isinstance(values, list):
+            return  # the meta-schema says what is wrong
+        if not values:
+            self.add(path, "must contain at least 1 elements")
+        if len(values) > MAX_ENUM_VALUES:
+            self.add(path, f"must contain no more than {MAX_ENUM_VALUES} elements")
+            return
+        for i, value in enumerate(values):
+            if not matches_type(kind, value):
+                self.add((*path, i), f"must be {TYPE_NOUNS[kind]}")
+
+
+# --- formats -------------------------------------------------------------------------
+# jsonschema's own date-time and uri checks pass silently unless optional packages are
+# installed, and its email check only looks for an "@"; these are always enforced.
+
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_DATE_TIME = re.compile(
+    r"([0-9]{4}-[0-9]{2}-[0-9]{2}[Tt][0-9]{2}:[0-9]{2}:)([0-9]{2})((?:\.[0-9]+)?(?:[Zz]|[+-][0-9]{2}:[0-9]{2}))"
+)
+_EMAIL = re.compile(r"[^@\s]+@[^@\s.]+(?:\.[^@\s.]+)+")
+# RFC 3986 URI: a scheme, then only unreserved, reserved and percent-encoded characters.
+_URI = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*:(?:[A-Za-z0-9\-._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})*")
+
+
+def is_date(value: str) -> bool:
+    """RFC 3339 full-date: ``2024-02-29``."""
+    if not _DATE.fullmatch(value):
+        return False
+    try:
+        dt.date.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def is_date_time(value: str) -> bool:
+    """RFC 3339 date-time with an offset: ``2024-02-29T13:05:00Z``, ``…T13:05:00.5+01:00``."""
+    m = _DATE_TIME.fullmatch(value)
+    if m is None:
+        return False
+    seconds = "59" if m[2] == "60" else m[2]  # a leap second is valid RFC 3339
+    try:
+        dt.datetime.fromisoformat((m[1] + seconds + m[3]).upper().replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
+def is_email(value: str) -> bool:
+    """``local@domain.tld`` without spaces: what a document's e-mail address looks like."""
+    return _EMAIL.fullmatch(value) is not None
+
+
+def is_uri(value: str) -> bool:
+    """An absolute RFC 3986 URI (scheme required): ``https://example.com/a?b=c``, ``mailto:a@b.c``."""
+    return _URI.fullmatch(value) is not None
+
+
+def _on_strings(check: Callable[[str], bool]) -> Callable[[object], bool]:
+    # A format says nothing about other types (JSON Schema); `type` catches those.
+    def checker(value: object) -> bool:
+        return not isinstance(value, str) or check(value)
+
+    return checker
+
+
+FORMAT_CHECKER = FormatChecker(formats=())
+FORMAT_CHECKER.checks("date")(_on_strings(is_date))
+FORMAT_CHECKER.checks("date-time")(_on_strings(is_date_time))
+FORMAT_CHECKER.checks("email")(_on_strings(is_email))
+FORMAT_CHECKER.checks("uri")(_on_strings(is_uri))
+
+
+# --- results -------------------------------------------------------------------------
+
+def json_pointer(parts: Iterable[str | int]) -> str:
+    """RFC 6901 pointer of a value; the whole result is ``/`` (no property has an empty name)."""
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def validate_result(definition: dict[str, Any], result: object) -> list[str]:
+    """Errors of `result` against `definition` (which passed `check_definition`); empty if valid.
+
+    Each error starts with the JSON pointer of the failing value:
+    ``/total: 'abc' is not of type 'number'``; a missing required property is named by
+    the pointer it should have had (``/lines/0/qty: 'qty' is a required property``).
+    Formats (date, date-time, email, uri) are enforced. At most `MAX_RESULT_ERRORS`
+    errors, each at most `MAX_MESSAGE_CHARS` long, in document order of the schema.
+    """
+    validator = Draft202012Validator(definition, format_checker=FORMAT_CHECKER)
+    errors: dict[str, None] = {}
+    for error in validator.iter_errors(result):
+        path = tuple(error.absolute_path)
+        if error.validator == "required" and isinstance(error.instance, dict):
+            for name in error.validator_value:
+                if name not in error.instance:
+                    errors.setdefault(f"{json_pointer((*path, name))}: {name!r} is a required property", None)
+        else:
+            errors.setdefault(f"{json_pointer(path)}: {error.message}", None)
+        if len(errors) >= MAX_RESULT_ERRORS:
+            break
+    return [_cut(message) for message in list(errors)[:MAX_RESULT_ERRORS]]
+
+
+def _cut(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 1] + "…"
