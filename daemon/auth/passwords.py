@@ -27,12 +27,17 @@ async def verify_password(password: str, hashed: str | None, rounds: int) -> boo
     """Check `password` against `hashed`; with no hash (unknown account) check against a
     dummy of the same cost, so both answers take the same time."""
 
+    candidate = password.encode()
+    # bcrypt refuses more than 72 bytes; no stored password is longer (registration
+    # refuses them), so such a candidate is wrong, found in the usual time.
+    fits = len(candidate) <= MAX_PASSWORD_BYTES
+
     def check() -> bool:
         target = (hashed or _dummy_hash(rounds)).encode()
-        return bcrypt.checkpw(password.encode(), target)
+        return bcrypt.checkpw(candidate[:MAX_PASSWORD_BYTES], target)
 
     ok = await trio.to_thread.run_sync(check, limiter=_cpu)
-    return ok and hashed is not None
+    return ok and fits and hashed is not None
 
 
 @functools.cache
