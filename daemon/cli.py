@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -78,12 +79,13 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    overrides = {"host": args.host, "port": args.port}
+    config = _load(args, overrides)  # before the heavy imports: a bad config exits 2 at once
+
     from daemon.logs import configure_logging
     from daemon.service import ConfigSource, serve
     from daemon.services import Role
 
-    overrides = {"host": args.host, "port": args.port}
-    config = _load(args, overrides)
     configure_logging(config.log.level)
     config = with_dev_secrets(config)
     trio.run(
@@ -119,7 +121,10 @@ def _openapi() -> None:
 
     async def fetch() -> Any:
         # The document is built from the routes alone; the database is never touched.
-        app = create_app(Services(config=Config(data_dir="."), db=Database("sqlite://")))
+        from daemon.storage.blobs import LocalBlobStore
+
+        services = Services(config=Config(data_dir="."), db=Database("sqlite://"), blobs=LocalBlobStore(Path(".")))
+        app = create_app(services)
         response = await app.test_client().get("/api/openapi.json")
         return await response.get_json()
 

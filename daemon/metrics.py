@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # Buckets for request latency: sub-millisecond health checks up to slow uploads.
 _HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -24,6 +24,23 @@ class Metrics:
             ["method", "route", "status"],
             buckets=_HTTP_BUCKETS,
             registry=self.registry,
+        )
+        self.jobs_by_status = Gauge(
+            "docex_jobs", "Jobs by status (all users).", ["status"], registry=self.registry
+        )
+        self.queue_depth = Gauge(
+            "docex_queue_depth", "Jobs waiting for a worker (QUEUED and PENDING).", registry=self.registry
+        )
+        self.job_duration = Histogram(
+            "docex_job_duration_seconds",
+            "Time a worker spent on one attempt of a job, by outcome.",
+            ["outcome"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+        self.job_attempts = Counter(
+            "docex_job_attempts", "Job attempts by outcome (completed, retried, failed, lost).",
+            ["outcome"], registry=self.registry,
         )
         self._refreshers: list[Callable[[], Awaitable[None]]] = []
 

@@ -18,6 +18,7 @@ import trio
 
 from daemon.config import Config
 from daemon.metrics import Metrics
+from daemon.storage.blobs import BlobStore, LocalBlobStore
 from daemon.storage.database import Database
 from daemon.wakeup import Wakeup
 
@@ -43,6 +44,7 @@ ReloadHook = Callable[[Config, Config], None]
 class Services:
     config: Config
     db: Database
+    blobs: BlobStore
     role: Role = Role.ALL
     metrics: Metrics = field(default_factory=Metrics)
     # Set when a job is queued in this process, so an idle worker claims it at once.
@@ -71,6 +73,6 @@ async def open_services(config: Config, role: Role = Role.ALL) -> AsyncIterator[
         busy_timeout_ms=config.database.busy_timeout_ms,
     )
     try:
-        yield Services(config=config, db=db, role=role)
+        yield Services(config=config, db=db, blobs=LocalBlobStore(config.data_path / "blobs"), role=role)
     finally:
         db.dispose()

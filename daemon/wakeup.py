@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -23,3 +24,15 @@ class Wakeup:
         if woken:
             self._event = trio.Event()
         return woken
+
+
+async def wait_any(*waits: Callable[[], Awaitable[object]]) -> None:
+    """Return as soon as the first of `waits` returns; the others are cancelled."""
+    async with trio.open_nursery() as nursery:
+
+        async def first(wait: Callable[[], Awaitable[object]]) -> None:
+            await wait()
+            nursery.cancel_scope.cancel()
+
+        for wait in waits:
+            nursery.start_soon(first, wait)

@@ -6,18 +6,17 @@ import logging
 import re
 import time
 import uuid
-from typing import Any, NoReturn
+from typing import Any
 
 from quart import Response, g, request
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
-from quart_trio.wrappers import TrioRequest
 
 from daemon import __version__
 from daemon.auth.guard import install_guard
-from daemon.errors import BadRequest
-from daemon.http import admin, auth, ops
+from daemon.http import admin, auth, jobs, ops, schemas
 from daemon.http.errors import install_error_handlers
+from daemon.http.requests import DocexRequest, current_request
 from daemon.services import Services
 
 access_log = logging.getLogger("daemon.http.access")
@@ -25,11 +24,6 @@ access_log = logging.getLogger("daemon.http.access")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-]{1,128}")
 # JSON bodies are small (schemas, webhook settings); uploads raise their own, larger limit.
 JSON_BODY_LIMIT_BYTES = 4 * 1024 * 1024
-
-
-class DocexRequest(TrioRequest):
-    def on_json_loading_failed(self, error: Exception) -> NoReturn:
-        raise BadRequest(["request body is not valid JSON"]) from error
 
 
 def services_of(app: Any) -> Services:
@@ -61,7 +55,7 @@ def create_app(services: Services) -> QuartTrio:
     install_error_handlers(app)
     _install_request_context(app, services)
     install_guard(app, services)  # after the request id, so refusals carry one too
-    for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint):
+    for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint):
         app.register_blueprint(blueprint)
     return app
 
@@ -78,6 +72,8 @@ def _install_request_context(app: QuartTrio, services: Services) -> None:
         request_id = getattr(g, "request_id", None) or uuid.uuid4().hex
         response.headers["X-Request-Id"] = request_id
         response.headers["X-Docex-Version"] = __version__
+        if current_request().body.discarded:
+            response.headers["Connection"] = "close"
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
         route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
         services.metrics.http_request_duration.labels(

@@ -7,7 +7,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
-from quart import Response, current_app, request
+from quart import current_app, request
+from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.auth.ratelimit import shared_hit
 from daemon.config import RateLimitConfig

@@ -7,8 +7,9 @@ from typing import Any
 
 import trio
 from pydantic import BaseModel
-from quart import Blueprint, Response
+from quart import Blueprint
 from quart_schema import document_response, tag
+from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon import __version__
 from daemon.auth.guard import public

@@ -8,10 +8,12 @@ pydantic's own wording is translated here, in one place.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
+
+from daemon.errors import BadRequest
 
 
 def _path(loc: Iterable[int | str]) -> str:
@@ -72,3 +74,16 @@ def messages(error: ValidationError) -> list[str]:
     for err in error.errors(include_url=False):
         seen.setdefault(_message(err), None)
     return list(seen)
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def parse(model: type[M], data: Any) -> M:
+    """Validate `data` as `model`, or raise the 400 the decorators would have."""
+    if not isinstance(data, dict):
+        raise BadRequest(["request body must be a JSON object"])
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise BadRequest(messages(exc)) from None

@@ -1,31 +1,217 @@
-"""The extraction worker pool and the lease reaper."""
+"""The extraction worker pool and the lease reaper.
+
+Each worker is a trio task that claims one QUEUED job at a time, holds a
+lease on it (renewed while it runs) and records the outcome. Idle workers
+sleep until a job is created in this process (`services.jobs_wakeup`), the
+next retry is due, or a slow poll for jobs created by other processes.
+
+Shutdown: the pool stops claiming; a running job finishes within the grace
+period or, cancelled, is released back to QUEUED (shielded write), so no job
+is lost and none is left RUNNING by a clean stop. A crashed process's jobs
+come back through the reaper when their leases expire.
+"""
 
 from __future__ import annotations
 
+import functools
+import logging
+import os
+import socket
+import time
+from typing import Any
+
 import trio
 
+from daemon.clock import utcnow
+from daemon.config import Config
+from daemon.errors import JobError, PermanentJobError
+from daemon.extraction.pipeline import Extraction, extract
+from daemon.jobs.models import ErrorCode
+from daemon.jobs.retry import next_attempt_at
 from daemon.services import Services
+from daemon.storage.repos import jobs as repo
+from daemon.wakeup import Wakeup, wait_any
+
+log = logging.getLogger(__name__)
+
+# How often an idle worker looks for jobs queued by *other* processes. One
+# process wakes its workers directly; this is only the cross-process fallback.
+POLL_S = {"postgresql": 2.0, "sqlite": 30.0}
+# Final writes after cancellation must finish, but never hang a shutdown.
+_SHIELDED_WRITE_S = 10.0
 
 
 async def run_workers(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Run `jobs.workers` workers until the process drains.
+    """Keep `jobs.workers` workers running until the process drains; resize on SIGHUP."""
+    resized = Wakeup()
 
-    The job queue is not built yet: the pool stands ready and idle, so the
-    process shape, readiness and drain are exercised end to end.
-    """
-    services.running["workers"] = True
-    task_status.started()
+    def on_reload(old: Config, new: Config) -> None:
+        if old.jobs.workers != new.jobs.workers:
+            resized.set()
+
+    services.reload_hooks.append(on_reload)
+    process_id = f"{socket.gethostname()}:{os.getpid()}"
+    stops: list[trio.Event] = []
+    async with trio.open_nursery() as nursery:
+
+        def resize() -> None:
+            want = 0 if services.stopping.is_set() else services.config.jobs.workers
+            while len(stops) < want:
+                stop = trio.Event()
+                stops.append(stop)
+                nursery.start_soon(_worker, services, f"{process_id}:{len(stops)}:{time.monotonic_ns()}", stop)
+            while len(stops) > want:
+                stops.pop().set()
+            services.running["workers"] = want > 0 or services.config.jobs.workers == 0
+
+        resize()
+        task_status.started()
+        while not services.stopping.is_set():
+            await wait_any(services.stopping.wait, resized.sleep)
+            resize()
+            log.info("worker pool sized", extra={"action": "workers.resized", "workers": len(stops)})
+    services.running["workers"] = False
+
+
+async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
+    poll_s = POLL_S[services.db.url.get_backend_name()]
+    while not stop.is_set():
+        job = await services.db.run(repo.claim_next, owner=owner, now=utcnow(), lease_s=services.config.jobs.lease_s)
+        if job is None:
+            due = await services.db.read(repo.next_due)
+            delay = poll_s if due is None else min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
+            await wait_any(stop.wait, functools.partial(services.jobs_wakeup.sleep, delay))
+            continue
+        services.deliveries_wakeup.set()  # job.started is in the outbox
+        await process_job(services, job, owner)
+
+
+async def process_job(services: Services, job: Any, owner: str) -> None:
+    """Run one claimed job to its outcome, holding its lease meanwhile."""
+    started = time.perf_counter()
+    outcome: Extraction | JobError | None = None  # stays None if the lease is lost mid-way
     try:
-        await services.stopping.wait()
-    finally:
-        services.running["workers"] = False
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_keep_lease, services, job.id, owner, nursery.cancel_scope)
+            outcome = await _attempt(services, job)
+            nursery.cancel_scope.cancel()
+    except trio.Cancelled:
+        # Shutdown past the grace period: give the job back, it runs again elsewhere or later.
+        with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+            await services.db.run(repo.release_job, job_id=job.id, owner=owner, now=utcnow())
+            log.info("job released", extra={"action": "job.released", "job_id": job.id})
+        raise
+    if outcome is None:
+        # The lease was lost (the reaper gave the job to another worker): not ours to record.
+        services.metrics.job_attempts.labels("lost").inc()
+        log.warning("lease lost", extra={"action": "job.lease_lost", "job_id": job.id})
+        return
+    with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+        await _record(services, job, owner, outcome, time.perf_counter() - started)
+
+
+async def _attempt(services: Services, job: Any) -> Extraction | JobError:
+    from daemon.schemas.definition import validate_result
+    from daemon.storage.repos.schemas import get_schema
+
+    config = services.config
+    try:
+        schema = await services.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
+        if schema is None or schema.deleted_at is not None:
+            raise PermanentJobError(ErrorCode.SCHEMA_NOT_FOUND, f"Schema {job.schema_id} was deleted")
+        try:
+            path = await services.blobs.local_path(job.blob_key)
+        except FileNotFoundError:
+            raise PermanentJobError(ErrorCode.INTERNAL_ERROR, "The uploaded file is missing from storage") from None
+        extraction = await extract(path, job.mime_type, schema.definition, config)
+        problems = validate_result(schema.definition, extraction.result)
+        if problems:
+            raise PermanentJobError(
+                ErrorCode.RESULT_INVALID, "Result does not match the schema: " + "; ".join(problems[:10])
+            )
+        return extraction
+    except JobError as error:
+        return error
+    except Exception as exc:  # a bug, not the document: fail the job, keep the worker
+        log.exception("job attempt crashed", extra={"action": "job.crashed", "job_id": job.id})
+        return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
+
+
+async def _record(services: Services, job: Any, owner: str, outcome: Extraction | JobError, elapsed: float) -> None:
+    now = utcnow()
+    if isinstance(outcome, Extraction):
+        done = await services.db.run(
+            repo.complete_job,
+            job_id=job.id,
+            owner=owner,
+            result=outcome.result,
+            meta=outcome.meta,
+            page_count=outcome.page_count,
+            now=now,
+        )
+        label = "completed"
+    else:
+        retry_at = next_attempt_at(
+            attempts=job.attempts,
+            max_attempts=services.config.jobs.max_attempts,
+            retryable=outcome.retryable,
+            now=now,
+            initial_delay_s=services.config.jobs.retry_backoff_initial_ms / 1000,
+            retry_after_s=outcome.retry_after_s,
+        )
+        done = await services.db.run(
+            repo.fail_job,
+            job_id=job.id,
+            owner=owner,
+            code=outcome.code,
+            message=outcome.message,
+            now=now,
+            retry_at=retry_at,
+        )
+        label = "retried" if retry_at else "failed"
+        log.info(
+            "job attempt failed",
+            extra={"action": f"job.{label}", "job_id": job.id, "error_code": outcome.code, "attempt": job.attempts},
+        )
+        if retry_at is not None:
+            services.jobs_wakeup.set()  # an idle worker recomputes its sleep to the new due time
+    if done is None:
+        label = "lost"
+    services.metrics.job_duration.labels(label).observe(elapsed)
+    services.metrics.job_attempts.labels(label).inc()
+    services.deliveries_wakeup.set()
+
+
+async def _keep_lease(services: Services, job_id: str, owner: str, work: trio.CancelScope) -> None:
+    """Renew the lease every third of its length; if it was taken back, stop the work."""
+    while True:
+        await trio.sleep(services.config.jobs.lease_s / 3)
+        renewed = await services.db.run(
+            repo.renew_lease, job_id=job_id, owner=owner, now=utcnow(), lease_s=services.config.jobs.lease_s
+        )
+        if not renewed:
+            work.cancel()
+            return
 
 
 async def run_reaper(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Re-queue jobs whose worker's lease expired (idle until jobs exist)."""
+    """Re-queue jobs whose worker's lease expired (its process died), at each lease's expiry."""
     services.running["reaper"] = True
     task_status.started()
     try:
-        await trio.sleep_forever()
+        while True:
+            now = utcnow()
+            reaped = await services.db.run(repo.reap_expired, now=now, max_attempts=services.config.jobs.max_attempts)
+            if reaped:
+                log.warning("re-queued jobs of a lost worker", extra={"action": "jobs.reaped", "count": reaped})
+                services.jobs_wakeup.set()
+                services.deliveries_wakeup.set()
+            await services.db.run(repo.purge_idempotency_keys, now)
+            expiry = await services.db.read(repo.next_lease_expiry)
+            # Leases of other processes appear without telling us: look again at least every lease length.
+            delay = float(services.config.jobs.lease_s)
+            if expiry is not None:
+                delay = min(delay, max(0.5, (expiry - utcnow()).total_seconds() + 0.1))
+            await trio.sleep(delay)
     finally:
         services.running["reaper"] = False

@@ -1,0 +1,216 @@
+"""What parsers produce and providers read: pages of lines of positioned words.
+
+Coordinates are in the page's own units (PDF points, image pixels, or a
+synthetic grid for formats without geometry), origin top-left, y growing
+downwards. Only ratios matter to the providers: gaps are measured in line
+heights, and boxes leave the daemon as fractions of the page (`Page.relative`).
+
+Everything here is plain, frozen and picklable: documents cross the process
+boundary between a parser worker and the trio thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# A gap wider than this many line heights separates two cells of one line
+# (table columns, "Label      value"). A normal word space is about 0.25 em,
+# which is 0.2-0.3 of a line height.
+CELL_GAP = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """A run of text without a column gap; for grid formats a whole cell."""
+
+    text: str
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    conf: float = 1.0  # OCR confidence 0..1; 1 for text layers
+
+    @property
+    def height(self) -> float:
+        return self.y1 - self.y0
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """Words that share a baseline, left to right."""
+
+    words: tuple[Word, ...]
+
+    @property
+    def text(self) -> str:
+        return " ".join(w.text for w in self.words)
+
+    @property
+    def x0(self) -> float:
+        return self.words[0].x0
+
+    @property
+    def x1(self) -> float:
+        return max(w.x1 for w in self.words)
+
+    @property
+    def y0(self) -> float:
+        return min(w.y0 for w in self.words)
+
+    @property
+    def y1(self) -> float:
+        return max(w.y1 for w in self.words)
+
+    @property
+    def height(self) -> float:
+        heights = sorted(w.height for w in self.words)
+        return max(heights[len(heights) // 2], 1e-6)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page (a PDF page, an image frame, a sheet, a whole text file)."""
+
+    number: int  # 1-based
+    width: float
+    height: float
+    lines: tuple[Line, ...]
+    ocr: bool = False  # text came from OCR (values deserve less confidence)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line.text for line in self.lines)
+
+    def relative(self, x0: float, y0: float, x1: float, y1: float) -> list[float]:
+        """A box as fractions of the page, rounded for JSON: [x0, y0, x1, y1]."""
+        w, h = self.width or 1.0, self.height or 1.0
+        return [round(min(max(v, 0.0), 1.0), 4) for v in (x0 / w, y0 / h, x1 / w, y1 / h)]
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    pages: tuple[Page, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    @property
+    def page_count(self) -> int:
+        return len(self.pages)
+
+    @property
+    def text(self) -> str:
+        return "\n\f".join(page.text for page in self.pages)
+
+
+def group_lines(words: list[Word]) -> tuple[Line, ...]:
+    """Lines from loose words: a word joins the line whose vertical span covers
+    its middle; lines come out top to bottom, words left to right.
+
+    Also merges words into one when the gap between them is a word space, and
+    keeps them apart when it is a column gap (`CELL_GAP`), so a line's words are
+    its cells' phrases, separated by at least one line height.
+    """
+    if not words:
+        return ()
+    ordered = sorted(words, key=lambda w: (w.y0 + w.y1) / 2)
+    rows: list[list[Word]] = []
+    spans: list[tuple[float, float]] = []
+    for word in ordered:
+        mid = (word.y0 + word.y1) / 2
+        placed = False
+        # Only the last few rows can still hold this word: they are sorted by middle.
+        for index in range(len(rows) - 1, max(len(rows) - 4, -1), -1):
+            top, bottom = spans[index]
+            if top <= mid <= bottom:
+                rows[index].append(word)
+                spans[index] = (min(top, word.y0), max(bottom, word.y1)) if word.height < 2 * (bottom - top) else (
+                    top, bottom)
+                placed = True
+                break
+        if not placed:
+            rows.append([word])
+            spans.append((word.y0, word.y1))
+    lines = [Line(tuple(_merge_phrases(sorted(row, key=lambda w: w.x0)))) for row in rows]
+    lines.sort(key=lambda line: (line.y0 + line.y1) / 2)
+    return tuple(lines)
+
+
+def _merge_phrases(words: list[Word]) -> list[Word]:
+    heights = sorted(w.height for w in words)
+    height = max(heights[len(heights) // 2], 1e-6)
+    out: list[Word] = [words[0]]
+    for word in words[1:]:
+        last = out[-1]
+        gap = word.x0 - last.x1
+        if gap < CELL_GAP * height:
+            joiner = "" if gap < 0.08 * height else " "
+            out[-1] = Word(
+                last.text + joiner + word.text,
+                last.x0, min(last.y0, word.y0), max(last.x1, word.x1), max(last.y1, word.y1),
+                min(last.conf, word.conf),
+            )
+        else:
+            out.append(word)
+    return out
+
+
+# Synthetic geometry for formats without any (TXT, CSV, XLSX, DOCX, HTML): a
+# monospace grid whose character is half as wide as a line is high, as in
+# ordinary fonts, so gap thresholds mean the same everywhere.
+GRID_CHAR = 5.0
+GRID_LINE = 12.0
+GRID_HEIGHT = 10.0
+
+
+def grid_line(row: int, cells: list[tuple[int, str]]) -> Line | None:
+    """A line at text row `row` of cells starting at character columns."""
+    words = [
+        Word(text, col * GRID_CHAR, row * GRID_LINE, (col + len(text)) * GRID_CHAR, row * GRID_LINE + GRID_HEIGHT)
+        for col, text in cells
+        if text
+    ]
+    return Line(tuple(words)) if words else None
+
+
+def grid_text_line(row: int, text: str) -> Line | None:
+    """A line of plain text at `row`: runs of two or more spaces (or tabs) split cells."""
+    cells: list[tuple[int, str]] = []
+    col = 0
+    text = text.expandtabs(8)
+    n = len(text)
+    while col < n:
+        while col < n and text[col] == " ":
+            col += 1
+        if col >= n:
+            break
+        start = col
+        while col < n and not (text[col] == " " and (col + 1 >= n or text[col + 1] == " ")):
+            col += 1
+        cells.append((start, text[start:col].rstrip()))
+    return grid_line(row, cells)
+
+
+def grid_table_lines(first_row: int, rows: list[list[str]]) -> list[Line]:
+    """Lines for a table: each column as wide as its widest cell, two spaces apart."""
+    widths: list[int] = []
+    for cells in rows:
+        for index, cell in enumerate(cells):
+            length = max((len(part) for part in cell.splitlines()), default=0)
+            if index >= len(widths):
+                widths.append(length)
+            else:
+                widths[index] = max(widths[index], length)
+    starts = [0]
+    for width in widths[:-1]:
+        starts.append(starts[-1] + width + 3)
+    lines: list[Line] = []
+    for offset, cells in enumerate(rows):
+        line = grid_line(first_row + offset, [(starts[i], " ".join(c.split())) for i, c in enumerate(cells)])
+        if line is not None:
+            lines.append(line)
+    return lines
+
+
+def grid_page(number: int, lines: list[Line]) -> Page:
+    width = max((line.x1 for line in lines), default=GRID_CHAR)
+    height = max((line.y1 for line in lines), default=GRID_LINE)
+    return Page(number=number, width=width, height=height, lines=tuple(lines))

@@ -1,0 +1,44 @@
+"""The parser seam: a file on disk in, a `Document` out, in a worker process.
+
+Parsers are plain synchronous functions (pdfium is not thread-safe and OCR is
+CPU-bound, so they run in trio-parallel worker processes, never on the trio
+thread). Every library error on a file's bytes is translated here into a
+`PermanentJobError`:
+
+- ``CORRUPTED_FILE``: the bytes are not a readable file of the type;
+- ``TOO_MANY_PAGES``: more pages than ``jobs.max_pages``;
+- ``OCR_FAILED``: tesseract is missing, failed or timed out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from daemon.errors import PermanentJobError
+from daemon.extraction.document import Document
+
+
+@dataclass(frozen=True, slots=True)
+class ParseOptions:
+    max_pages: int = 500
+    ocr_languages: str = "eng"
+    # Per page (or image): tesseract is killed after this long.
+    ocr_timeout_s: float = 120.0
+
+
+class Parser(Protocol):
+    def __call__(self, path: Path, options: ParseOptions) -> Document: ...
+
+
+def corrupted(kind: str, exc: BaseException | str) -> PermanentJobError:
+    detail = exc if isinstance(exc, str) else (str(exc) or type(exc).__name__)
+    return PermanentJobError("CORRUPTED_FILE", f"the file is not a readable {kind}: {detail}")
+
+
+def check_pages(count: int, options: ParseOptions) -> None:
+    if count > options.max_pages:
+        raise PermanentJobError(
+            "TOO_MANY_PAGES", f"the document has {count} pages, more than the limit of {options.max_pages}"
+        )

@@ -1,0 +1,168 @@
+"""DOCX (python-docx) and XLSX (openpyxl), laid out on the synthetic grid.
+
+DOCX: paragraphs are lines, tables are table lines, an explicit page break
+starts a new page; headers and footers of the first section frame the first
+and last page. XLSX: each sheet is a page, each row a table line; dates come
+out as ISO 8601 and numbers as written in the cell's value, so the providers
+read them back exactly.
+
+Both are ZIP archives: a broken archive, a missing part or malformed XML is
+``CORRUPTED_FILE``; so is an archive that would inflate past `MAX_UNZIPPED`
+(a zip bomb would exhaust the worker before the library noticed).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from daemon.errors import PermanentJobError
+from daemon.extraction.document import Document, Line, Page, grid_page, grid_table_lines, grid_text_line
+from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
+
+MAX_UNZIPPED = 512 * 1024 * 1024
+# Rows read per sheet at most; a page of a spreadsheet is not a novel.
+MAX_ROWS_PER_SHEET = 20_000
+
+
+def _check_archive(path: Path, kind: str, required: str) -> None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            infos = archive.infolist()
+            if sum(info.file_size for info in infos) > MAX_UNZIPPED:
+                raise corrupted(kind, "it inflates to more than 512 MiB")
+            names = {info.filename for info in infos}
+            if required not in names:
+                raise corrupted(kind, f"the archive has no {required}")
+            bad = archive.testzip()
+            if bad is not None:
+                raise corrupted(kind, f"the archive member {bad} is damaged")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
+        raise corrupted(kind, exc) from exc
+
+
+def parse_docx(path: Path, options: ParseOptions) -> Document:
+    _check_archive(path, "DOCX document", "word/document.xml")
+    try:
+        import docx
+
+        document = docx.Document(str(path))
+        blocks = list(_docx_blocks(document))
+    except PermanentJobError:
+        raise
+    except Exception as exc:  # python-docx and lxml raise many types on malformed parts
+        raise corrupted("DOCX document", exc) from exc
+    pages: list[list[Line]] = [[]]
+    row = 0
+    for block in blocks:
+        if block is None:  # page break
+            pages.append([])
+            row = 0
+            check_pages(len(pages), options)
+            continue
+        if isinstance(block, str):
+            for text in block.split("\n"):
+                line = grid_text_line(row, text)
+                if line is not None:
+                    pages[-1].append(line)
+                row += 1
+        else:
+            pages[-1].extend(grid_table_lines(row, block))
+            row += len(block) + 1
+    if len(pages) > 1 and not pages[-1]:
+        pages.pop()
+    check_pages(len(pages), options)
+    return Document(tuple(grid_page(n, lines) for n, lines in enumerate(pages, start=1)))
+
+
+def _docx_blocks(document: Any) -> Iterator[str | list[list[str]] | None]:
+    """Text of paragraphs, rows of tables and None for page breaks, in order."""
+    from docx.table import Table
+
+    section = document.sections[0] if document.sections else None
+    if section is not None and not section.header.is_linked_to_previous:
+        for paragraph in section.header.paragraphs:
+            yield paragraph.text
+    for block in document.iter_inner_content():
+        if isinstance(block, Table):
+            yield _docx_table(block)
+            continue
+        text = block.text
+        if block._p.xpath("./w:pPr/w:pageBreakBefore"):
+            yield None
+        breaks = block._p.xpath('.//w:br[@w:type="page"]')
+        yield text
+        for _ in breaks:
+            yield None
+    if section is not None and not section.footer.is_linked_to_previous:
+        for paragraph in section.footer.paragraphs:
+            yield paragraph.text
+
+
+def _docx_table(table: Any) -> list[list[str]]:
+    rows: list[list[str]] = []
+    for row in table.rows:
+        cells: list[str] = []
+        previous = None
+        for cell in row.cells:
+            # A merged cell appears once per grid column it spans.
+            if previous is not None and cell._tc is previous:
+                continue
+            previous = cell._tc
+            cells.append(cell.text)
+        rows.append(cells)
+    return rows
+
+
+def parse_xlsx(path: Path, options: ParseOptions) -> Document:
+    _check_archive(path, "XLSX workbook", "xl/workbook.xml")
+    try:
+        import openpyxl
+
+        workbook = openpyxl.load_workbook(str(path), read_only=True, data_only=True)
+    except Exception as exc:  # openpyxl and lxml raise many types on malformed parts
+        raise corrupted("XLSX workbook", exc) from exc
+    try:
+        sheets = workbook.worksheets
+        check_pages(len(sheets), options)
+        pages: list[Page] = []
+        for number, sheet in enumerate(sheets, start=1):
+            try:
+                rows = [
+                    [_cell_text(value) for value in values]
+                    for values, _ in zip(sheet.iter_rows(values_only=True), range(MAX_ROWS_PER_SHEET), strict=False)
+                ]
+            except Exception as exc:
+                raise corrupted("XLSX workbook", f"sheet {sheet.title!r}: {exc}") from exc
+            while rows and not any(rows[-1]):
+                rows.pop()
+            pages.append(grid_page(number, grid_table_lines(0, _trim_columns(rows))))
+        return Document(tuple(pages))
+    finally:
+        workbook.close()
+
+
+def _trim_columns(rows: list[list[str]]) -> list[list[str]]:
+    # Leading empty columns would only push every cell to the right.
+    used = [i for row in rows for i, cell in enumerate(row) if cell]
+    if not used:
+        return rows
+    first, last = min(used), max(used)
+    return [row[first : last + 1] for row in rows]
+
+
+def _cell_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, dt.datetime):
+        return value.date().isoformat() if value.time() == dt.time() else value.isoformat(timespec="seconds")
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, float):
+        return repr(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    return str(value).strip()

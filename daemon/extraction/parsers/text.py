@@ -1,0 +1,72 @@
+"""Plain text and CSV: decoded, laid out on the synthetic grid.
+
+Text keeps its own columns (runs of two or more spaces or a tab split cells),
+so a fixed-width invoice reads as a table; a form feed starts a new page.
+CSV rows become table lines. Bytes that are not text at all (NULs, binary
+noise) are ``CORRUPTED_FILE``; text has no way to be "truncated".
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from daemon.extraction.document import Document, Line, grid_page, grid_table_lines, grid_text_line
+from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
+
+# Above this share of unprintable characters, the bytes are not text.
+_MAX_CONTROL = 0.05
+
+
+def decode_text(raw: bytes, kind: str) -> str:
+    """UTF-8 (with or without BOM), UTF-16 with BOM, else cp1252; refuses binary."""
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        try:
+            text = raw.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise corrupted(kind, exc) from exc
+    else:
+        if b"\x00" in raw:
+            raise corrupted(kind, "it contains binary data")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            # A file cut inside a multi-byte character is still text.
+            if exc.start >= len(raw) - 3:
+                text = raw[: exc.start].decode("utf-8-sig")
+            else:
+                text = raw.decode("cp1252", errors="replace")
+    if text:
+        control = sum(1 for ch in text if not ch.isprintable() and ch not in "\r\n\t\f")
+        if control > _MAX_CONTROL * len(text):
+            raise corrupted(kind, "it contains binary data")
+    return text
+
+
+def parse_txt(path: Path, options: ParseOptions) -> Document:
+    text = decode_text(path.read_bytes(), "text file")
+    chunks = text.split("\f")
+    if chunks and not chunks[-1].strip() and len(chunks) > 1:
+        chunks.pop()
+    check_pages(len(chunks), options)
+    pages = []
+    for number, chunk in enumerate(chunks, start=1):
+        lines = [line for row, raw in enumerate(chunk.splitlines()) if (line := grid_text_line(row, raw))]
+        pages.append(grid_page(number, lines))
+    return Document(tuple(pages))
+
+
+def parse_csv(path: Path, options: ParseOptions) -> Document:
+    text = decode_text(path.read_bytes(), "CSV file")
+    try:
+        dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|")
+    except csv.Error:
+        dialect = csv.excel
+    try:
+        rows = list(csv.reader(io.StringIO(text), dialect, strict=True))
+    except csv.Error as exc:
+        raise corrupted("CSV file", exc) from exc
+    check_pages(1, options)
+    lines: list[Line] = grid_table_lines(0, [[cell.strip() for cell in row] for row in rows])
+    return Document((grid_page(1, lines),))

@@ -1,0 +1,191 @@
+"""The extraction pipeline's entry point, the one call a worker makes.
+
+    file ──parser (worker process)──▶ Document ──provider──▶ result + evidence
+
+The parser runs in a trio-parallel worker process (pdfium is not
+thread-safe, OCR is CPU-bound): one process call per document. The `rules`
+provider runs in that same call, so only its result crosses back; the AI
+providers get the parsed document and talk HTTP from the trio thread, and
+their values are then located in the document for ``resultMeta.fields``.
+
+The provider is the definition's ``x-docex-provider`` keyword if set, else
+``extraction.provider``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import trio
+import trio_parallel
+
+from daemon.config import Config
+from daemon.errors import PermanentJobError
+from daemon.extraction.document import Document
+from daemon.extraction.parsers.base import ParseOptions
+from daemon.extraction.providers.base import PROVIDER_KEYWORD, PROVIDERS, Provider, ProviderOutput
+from daemon.extraction.worker import Failure, RulesOutcome, extract_with_rules, parse_document
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Extraction:
+    result: dict[str, Any]
+    meta: dict[str, Any]  # resultMeta: provider, model, durationMs, fields{pointer: evidence}, usage?
+    page_count: int
+
+
+def provider_name(definition: dict[str, Any], config: Config) -> str:
+    """The provider for a definition: its ``x-docex-provider``, else the configured default."""
+    chosen = definition.get(PROVIDER_KEYWORD) or config.extraction.provider
+    if chosen not in PROVIDERS:
+        raise PermanentJobError(
+            "AI_PROVIDER_ERROR", f"{PROVIDER_KEYWORD} must be one of {', '.join(PROVIDERS)} (got {chosen!r})"
+        )
+    return str(chosen)
+
+
+def parse_options(config: Config) -> ParseOptions:
+    return ParseOptions(max_pages=config.jobs.max_pages, ocr_languages=config.extraction.ocr_languages)
+
+
+def schema_of(definition: dict[str, Any]) -> dict[str, Any]:
+    """The definition without docex's own ``x-docex-*`` keywords (providers get plain JSON Schema)."""
+    return {k: v for k, v in definition.items() if not (isinstance(k, str) and k.startswith("x-docex-"))}
+
+
+async def extract(
+    path: Path,
+    mime_type: str,
+    definition: dict[str, Any],
+    config: Config,
+    *,
+    client: httpx.AsyncClient | None = None,
+) -> Extraction:
+    """Turn the file at `path` into a result for `definition`.
+
+    Args:
+        path: the document on local disk.
+        mime_type: its type as told from its bytes (`daemon.jobs.filetypes`).
+        definition: the schema's JSON Schema definition.
+        config: the effective configuration (limits, provider settings).
+        client: the HTTP client for AI providers; one is opened per call if None.
+
+    Raises:
+        JobError: with a SPEC §6 errorCode: permanent (CORRUPTED_FILE,
+            TOO_MANY_PAGES, OCR_FAILED, UNSUPPORTED_FILE, PARSE_FAILED,
+            AI_PROVIDER_ERROR) or transient (AI_PROVIDER_TIMEOUT,
+            AI_PROVIDER_RATE_LIMIT, AI_PROVIDER_ERROR on a 5xx).
+
+    Cancellation: a parser worker process is killed; an HTTP call is abandoned.
+    """
+    started = time.perf_counter()
+    name = provider_name(definition, config)
+    schema = schema_of(definition)
+    options = parse_options(config)
+    warn_if_ocr_missing()
+    if name == "rules":
+        outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema)
+        assert isinstance(outcome, RulesOutcome)
+        meta: dict[str, Any] = {
+            "provider": "rules",
+            "model": None,
+            "durationMs": _ms_since(started),
+            "fields": outcome.fields,
+        }
+        return Extraction(result=outcome.result, meta=meta, page_count=outcome.page_count)
+
+    document = await in_worker(parse_document, str(path), mime_type, options)
+    assert isinstance(document, Document)
+    provider = make_provider(name, config)
+    if client is None:
+        async with httpx.AsyncClient(follow_redirects=False) as own:
+            output = await provider.extract(document, schema, own)
+    else:
+        output = await provider.extract(document, schema, client)
+    fields = await trio.to_thread.run_sync(_evidence, document, schema, output)
+    meta = {
+        "provider": name,
+        "model": output.model,
+        "durationMs": _ms_since(started),
+        "fields": fields,
+    }
+    if output.usage is not None:
+        meta["usage"] = output.usage
+    return Extraction(result=output.result, meta=meta, page_count=document.page_count)
+
+
+def make_provider(name: str, config: Config) -> Provider:
+    if name == "openai":
+        from daemon.extraction.providers.openai import OpenAIProvider
+
+        return OpenAIProvider(config.openai)
+    if name == "anthropic":
+        from daemon.extraction.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(config.anthropic)
+    raise PermanentJobError("AI_PROVIDER_ERROR", f"no provider named {name!r}")
+
+
+def _evidence(document: Document, schema: dict[str, Any], output: ProviderOutput) -> dict[str, Any]:
+    from daemon.extraction.providers.rules.locate import locate_values
+
+    return {**locate_values(document, schema, output.result), **output.fields}
+
+
+async def in_worker(fn: Callable[..., T | Failure], *args: Any) -> T:
+    """Run `fn(*args)` in a worker process; a `Failure` it returns is raised here.
+
+    Raises:
+        PermanentJobError: the failure's code; PARSE_FAILED when the worker
+            process died (a parser crash on hostile bytes, or out of memory).
+    """
+    try:
+        outcome = await trio_parallel.run_sync(fn, *args, kill_on_cancel=True)
+    except trio_parallel.BrokenWorkerError as exc:
+        log.error("parser worker died", extra={"action": "extraction.worker_died"})
+        raise PermanentJobError("PARSE_FAILED", "the parser process died while reading the document") from exc
+    if isinstance(outcome, Failure):
+        if outcome.detail:
+            log.error("parser failed unexpectedly: %s", outcome.message,
+                      extra={"action": "extraction.parser_error", "traceback": outcome.detail})
+        raise PermanentJobError(outcome.code, outcome.message)
+    return outcome
+
+
+_ocr_checked = False
+
+
+def ocr_available() -> bool:
+    return shutil.which("tesseract") is not None
+
+
+def warn_if_ocr_missing() -> bool:
+    """Log once per process when tesseract is missing; True when it is present.
+
+    The daemon calls this at startup; OCR jobs then fail with OCR_FAILED
+    instead of crashing anything.
+    """
+    global _ocr_checked
+    present = ocr_available()
+    if not present and not _ocr_checked:
+        log.warning(
+            "tesseract is not installed: images and scanned PDF pages will fail with OCR_FAILED "
+            "(install the tesseract-ocr package)",
+            extra={"action": "extraction.ocr_missing"},
+        )
+    _ocr_checked = True
+    return present
+
+
+def _ms_since(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 1)

@@ -1,0 +1,203 @@
+"""Arrays of objects read from tables (line items).
+
+A header row is a line where the labels of at least two of the item's
+properties sit as column titles; each property's column is the horizontal
+span of its title. Following lines are rows: each cell goes to the column it
+overlaps most. A row with a number in a numeric column starts an item; a row
+of text only continues the previous item's text column (descriptions written
+over several lines). The table ends at a total or subtotal line, a gap much
+taller than a row, or the end of the page; a repeated header on the next page
+continues it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from daemon.extraction.providers.rules.layout import LineRef
+
+if TYPE_CHECKING:
+    from daemon.extraction.providers.rules.engine import Engine, FieldSpec
+
+_NUMERIC = ("amount", "integer")
+# Lines that end a table: totals and their relatives at the start of a cell.
+_STOP = re.compile(
+    r"^(?:sub[\s-]?total|total|totaal|summe|gesamt|montant total|razem|somme|grand total|tax|vat|tva|btw|"
+    r"balance|amount due|net total|nett total|rounding|subtotaal|netto|brutto)\b"
+)
+
+
+@dataclass
+class Column:
+    prop: str
+    spec: FieldSpec
+    x0: float
+    x1: float
+
+
+@dataclass
+class Row:
+    cells: dict[str, list[tuple[LineRef, int]]] = field(default_factory=dict)  # prop -> (line, cell index)
+
+
+def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[str, Any], pointer: str,
+               evidence: dict[str, Any]) -> list[dict[str, Any]]:
+    from daemon.extraction.providers.rules.engine import field_spec
+
+    specs: dict[str, FieldSpec] = {}
+    for prop, sub in (items.get("properties") or {}).items():
+        if isinstance(sub, dict) and sub.get("type") not in ("object", "array"):
+            specs[prop] = field_spec(prop, sub, column=True)
+    if len(specs) < 1:
+        return []
+    rows: list[Row] = []
+    for page in engine.layout.pages:
+        index = 0
+        lines = page.lines
+        while index < len(lines):
+            columns = _header(lines[index], specs)
+            if columns is None:
+                index += 1
+                continue
+            index = _rows(engine, lines, index + 1, columns, rows)
+    out: list[dict[str, Any]] = []
+    for row in rows:
+        item: dict[str, Any] = {}
+        for prop, cells in row.cells.items():
+            spec = specs[prop]
+            value, text, ref, start, end = _value(engine, spec, cells)
+            if value is None:
+                continue
+            item[prop] = value
+            page = engine.layout.pages[ref.page].page
+            x0, y0, x1, y1 = ref.box(start, end)
+            for other, cell in cells[1:]:
+                word = other.line.words[cell]
+                x0, y0, x1, y1 = min(x0, word.x0), min(y0, word.y0), max(x1, word.x1), max(y1, word.y1)
+            evidence[f"{pointer}/{len(out)}/{prop}"] = {
+                "confidence": round(0.8 * ref.conf(start, end), 3),
+                "page": page.number,
+                "bbox": page.relative(x0, y0, x1, y1),
+                "text": text,
+            }
+        if item:
+            out.append(item)
+    return out
+
+
+def _header(ref: LineRef, specs: dict[str, FieldSpec]) -> list[Column] | None:
+    from daemon.extraction.providers.rules.engine import label_matches
+
+    matches: list[tuple[int, int, str]] = []
+    local = dataclasses.replace(ref, start=0)  # offsets within the line
+    for prop, spec in specs.items():
+        for _, start, end in label_matches(spec.labels.pattern, ref.folded, lambda _: local):
+            matches.append((start, end, prop))
+    # Longest first, no overlaps, each property once.
+    matches.sort(key=lambda m: (-(m[1] - m[0]), m[0]))
+    taken: list[tuple[int, int, str]] = []
+    used: set[str] = set()
+    for start, end, prop in matches:
+        if prop in used or any(s < end and start < e for s, e, _ in taken):
+            continue
+        taken.append((start, end, prop))
+        used.add(prop)
+    if len(taken) < 2:
+        return None
+    letters = sum(ch.isalpha() for ch in ref.folded)
+    covered = sum(sum(ch.isalpha() for ch in ref.folded[s:e]) for s, e, _ in taken)
+    if covered < 0.5 * letters:
+        return None  # a sentence that happens to name two columns
+    columns = [Column(prop, specs[prop], ref.x_of(start), ref.x_of(end)) for start, end, prop in taken]
+    # A title alone in its cell spans the whole cell (right-aligned numbers sit under it).
+    for column in columns:
+        cell = ref.cell_at(next(s for s, _, p in taken if p == column.prop))
+        cell_start, cell_end = ref.cell_span(cell)
+        if sum(1 for s, _, _ in taken if cell_start <= s < cell_end) == 1:
+            word = ref.line.words[cell]
+            column.x0, column.x1 = min(column.x0, word.x0), max(column.x1, word.x1)
+    columns.sort(key=lambda c: c.x0)
+    return columns
+
+
+def _rows(engine: Engine, lines: list[LineRef], start: int, columns: list[Column], rows: list[Row]) -> int:
+    numeric = [c for c in columns if c.spec.value_kind in _NUMERIC]
+    text_columns = [c for c in columns if c.spec.value_kind not in _NUMERIC]
+    previous = lines[start - 1]
+    pitch = max(previous.line.height * 1.2, 1e-6)
+    current: Row | None = None
+    count = 0
+    index = start
+    while index < len(lines):
+        ref = lines[index]
+        gap = ref.line.y0 - previous.line.y1
+        if gap > 3.0 * pitch:
+            break
+        if _STOP.match(ref.folded.lstrip()) or (current is not None and _STOP.match(ref.line.words[0].text.lower())):
+            break
+        if _header(ref, {c.prop: c.spec for c in columns}) is not None:
+            break
+        assigned = _assign(ref, columns)
+        if not assigned:
+            break
+        has_number = any(
+            engine.values_in(c.spec, ref.line.words[i].text) for c in numeric for i in assigned.get(c.prop, [])
+        )
+        if has_number or not numeric:
+            current = Row({prop: [(ref, i) for i in cells] for prop, cells in assigned.items()})
+            rows.append(current)
+            count += 1
+        elif current is not None and text_columns and gap < 1.2 * pitch:
+            for column in text_columns:
+                for i in assigned.get(column.prop, []):
+                    current.cells.setdefault(column.prop, []).append((ref, i))
+        elif current is not None:
+            break
+        previous = ref
+        index += 1
+    return index
+
+
+def _assign(ref: LineRef, columns: list[Column]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for index, word in enumerate(ref.line.words):
+        best, best_overlap = None, 0.0
+        for column in columns:
+            overlap = min(word.x1, column.x1) - max(word.x0, column.x0)
+            if overlap > best_overlap:
+                best, best_overlap = column, overlap
+        if best is None:
+            # No overlap: the nearest column within two line heights.
+            distance, nearest = min(
+                (min(abs(word.x0 - c.x1), abs(c.x0 - word.x1)), c) for c in columns
+            ) if columns else (0.0, None)
+            if nearest is not None and distance <= 2 * ref.line.height:
+                best = nearest
+        if best is not None:
+            out.setdefault(best.prop, []).append(index)
+    return out
+
+
+def _value(engine: Engine, spec: FieldSpec, cells: list[tuple[LineRef, int]]) -> tuple[Any, str, LineRef, int,
+                                                                                       int]:
+    from daemon.extraction.providers.rules.engine import Candidate
+
+    ref, first = cells[0]
+    start, end = ref.cell_span(first)
+    kind = spec.value_kind
+    if kind in ("text", "party", "address"):
+        text = " ".join(r.line.words[i].text for r, i in cells)
+        return (" ".join(text.split()) or None), text, ref, start, end
+    for cell_ref, cell in cells:
+        s, _ = cell_ref.cell_span(cell)
+        values = engine.values_in(spec, cell_ref.line.words[cell].text)
+        if values:
+            value = values[0]
+            candidate = Candidate(value.value, 1.0, cell_ref, s + value.start, s + value.end,
+                                  cell_ref.text[s + value.start : s + value.end])
+            return engine.typed(spec, candidate), candidate.text, cell_ref, candidate.start, candidate.end
+    return None, "", ref, start, end
+

@@ -1,0 +1,365 @@
+"""Finding and normalising typed values in a piece of text (pure functions).
+
+Each ``find_*`` function scans a string and returns `Found` values with the
+character span they came from, so the caller can point at their boxes:
+
+- dates in numeric (``25/12/2018``, ``2014-08-03``, ``8-9-22``) and written
+  forms (``August 3, 2014``, ``7. Mai 2014``, ``02 Juillet 2015``) in the
+  common European languages, to ISO 8601; day-first unless the document or
+  the value says otherwise (`DateOrder`);
+- amounts with either decimal separator, thousands groups, currency signs or
+  codes on either side and negative forms (``-9,32``, ``(12.00)``);
+- integers, booleans, e-mails, URIs, enum members.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import unicodedata
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    value: Any
+    start: int
+    end: int
+    quality: float = 1.0  # how sure the text is this kind of value (0..1)
+    currency: str | None = None
+
+
+_FOLDED: dict[int, str] = {}
+
+
+def _fold_char(ch: str) -> str:
+    base = "".join(c for c in unicodedata.normalize("NFKD", ch) if not unicodedata.combining(c)).lower()
+    base = {"ł": "l", "ø": "o", "đ": "d", "ß": "s", "æ": "a", "œ": "o"}.get(base, base)
+    # Exactly one character per character: spans found in folded text are spans of the original.
+    return base if len(base) == 1 else (ch.lower()[:1] or ch)
+
+
+def fold(text: str) -> str:
+    """Lower case without accents, one character per character, for matching words of
+    any European language."""
+    if text.isascii():
+        return text.lower()
+    for ch in set(text):
+        if ord(ch) > 127 and ord(ch) not in _FOLDED:
+            _FOLDED[ord(ch)] = _fold_char(ch)
+    return text.translate(_FOLDED).lower()
+
+
+# --- dates ---------------------------------------------------------------------
+
+class DateOrder(Enum):
+    DMY = "dmy"
+    MDY = "mdy"
+
+
+_MONTHS: dict[str, int] = {}
+for _number, _names in enumerate(
+    [
+        "january jan januar janvier janv janeiro enero ene gennaio genn januari stycznia styczen sty jänner janner",
+        "february feb februar fevrier fevr fev fevereiro febrero gennaio_ febbraio febr februari lutego luty lut",
+        "march mar marz maerz mars marco marzo maart mrt marca marzec mac",
+        "april apr avril avr abril aprile aprilie kwietnia kwiecien kwi",
+        "may mai mei mayo maggio maio maj maja",
+        "june jun juni juin junho junio giugno czerwca czerwiec cze",
+        "july jul juli juillet juil julho julio luglio lipca lipiec lip",
+        "august aug august aout agosto augustus sierpnia sierpien sie ogos ogo",
+        "september sep sept septembre setembro septiembre settembre wrzesnia wrzesien wrz",
+        "october oct oktober octobre outubro octubre ottobre okt pazdziernika pazdziernik paz okt",
+        "november nov novembre novembro noviembre listopada listopad lis",
+        "december dec dezember decembre dezembro diciembre dicembre december dez des grudnia grudzien gru dis",
+    ],
+    start=1,
+):
+    for _name in _names.split():
+        if not _name.endswith("_"):
+            _MONTHS.setdefault(_name, _number)
+
+_MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_YEAR = r"(?P<y>\d{4}|\d{2}(?![\d]))"
+_NUMERIC_DATE = re.compile(
+    r"(?<![\d.,/-])(?P<a>\d{1,2})\s?(?P<s>[/.\-])\s?(?P<b>\d{1,2})\s?(?P=s)\s?" + _YEAR + r"(?![\d]|[.,]\d)"
+)
+_ISO_DATE = re.compile(r"(?<![\d.,/-])(?P<y>\d{4})(?P<s>[-/.])(?P<m>\d{1,2})(?P=s)(?P<d>\d{1,2})(?!\d)")
+_DAY_MONTH_YEAR = re.compile(
+    r"(?<![\w])(?P<d>\d{1,2})(?:st|nd|rd|th|er|e|\.)?[\s\-/]*(?:of\s+|de\s+)?(?P<m>" + _MONTH_RE
+    + r")\.?(?:\s*de)?[\s\-/,.']*" + _YEAR + r"(?!\d)",
+    re.IGNORECASE,
+)
+_MONTH_DAY_YEAR = re.compile(
+    r"(?<![\w])(?P<m>" + _MONTH_RE + r")\.?[\s\-]*(?P<d>\d{1,2})(?:st|nd|rd|th)?\s*,?\s*(?P<y>\d{4})(?!\d)",
+    re.IGNORECASE,
+)
+_TIME = re.compile(r"(?<![\d:])(?P<h>\d{1,2})[:h](?P<mi>\d{2})(?::(?P<s>\d{2}))?\s*(?P<ampm>[ap]\.?m\.?)?(?![\d])",
+                   re.IGNORECASE)
+
+
+def _year(text: str) -> int:
+    year = int(text)
+    if year < 100:
+        # Two-digit years: this century unless that is more than ten years ahead.
+        pivot = dt.date.today().year % 100 + 10
+        year += 2000 if year <= pivot else 1900
+    return year
+
+
+def _date(y: int, m: int, d: int) -> dt.date | None:
+    if not 1900 <= y <= 2199:
+        return None
+    try:
+        return dt.date(y, m, d)
+    except ValueError:
+        return None
+
+
+def numeric_date_orders(text: str) -> tuple[int, int]:
+    """How many numeric dates in `text` can only be day-first, and only month-first."""
+    dmy = mdy = 0
+    for match in _NUMERIC_DATE.finditer(text):
+        a, b = int(match["a"]), int(match["b"])
+        if a > 12 >= b:
+            dmy += 1
+        elif b > 12 >= a:
+            mdy += 1
+    return dmy, mdy
+
+
+def find_dates(text: str, order: DateOrder = DateOrder.DMY) -> list[Found]:
+    """Every date in `text`, as `datetime.date`, in order of appearance."""
+    found: list[Found] = []
+    taken: list[tuple[int, int]] = []
+
+    def add(date: dt.date | None, match: re.Match[str], quality: float) -> None:
+        if date is None:
+            return
+        span = match.span()
+        if any(s < span[1] and span[0] < e for s, e in taken):
+            return
+        taken.append(span)
+        found.append(Found(date, span[0], span[1], quality))
+
+    folded = fold(text)
+    for match in _DAY_MONTH_YEAR.finditer(folded):
+        add(_date(_year(match["y"]), _MONTHS[match["m"].lower()], int(match["d"])), match, 1.0)
+    for match in _MONTH_DAY_YEAR.finditer(folded):
+        add(_date(_year(match["y"]), _MONTHS[match["m"].lower()], int(match["d"])), match, 1.0)
+    for match in _ISO_DATE.finditer(text):
+        add(_date(int(match["y"]), int(match["m"]), int(match["d"])), match, 1.0)
+    for match in _NUMERIC_DATE.finditer(text):
+        a, b, y = int(match["a"]), int(match["b"]), _year(match["y"])
+        quality = 1.0 if len(match["y"]) == 4 else 0.9
+        if order is DateOrder.MDY:
+            date = _date(y, a, b) or _date(y, b, a)
+        else:
+            date = _date(y, b, a) or _date(y, a, b)
+        add(date, match, quality)
+    found.sort(key=lambda f: f.start)
+    return found
+
+
+def find_time(text: str) -> tuple[int, int, int] | None:
+    match = _TIME.search(text)
+    if match is None:
+        return None
+    hour, minute, second = int(match["h"]), int(match["mi"]), int(match["s"] or 0)
+    ampm = (match["ampm"] or "").lower().replace(".", "")
+    if ampm == "pm" and hour < 12:
+        hour += 12
+    elif ampm == "am" and hour == 12:
+        hour = 0
+    if hour > 23 or minute > 59 or second > 59:
+        return None
+    return hour, minute, second
+
+
+# --- amounts -------------------------------------------------------------------
+
+# Signs and words written beside amounts, to ISO 4217.
+CURRENCY_SIGNS: dict[str, str] = {
+    "us$": "USD", "usd": "USD", "$": "USD", "a$": "AUD", "au$": "AUD", "c$": "CAD", "ca$": "CAD",
+    "hk$": "HKD", "s$": "SGD", "nz$": "NZD", "€": "EUR", "eur": "EUR", "euro": "EUR", "euros": "EUR",
+    "£": "GBP", "gbp": "GBP", "¥": "JPY", "jpy": "JPY", "cny": "CNY", "rmb": "CNY", "₹": "INR", "rs": "INR",
+    "rs.": "INR", "inr": "INR", "rm": "MYR", "myr": "MYR", "zł": "PLN", "zl": "PLN", "pln": "PLN",
+    "chf": "CHF", "fr.": "CHF", "sek": "SEK", "nok": "NOK", "dkk": "DKK", "kr": "SEK", "czk": "CZK",
+    "kč": "CZK", "huf": "HUF", "ft": "HUF", "ron": "RON", "lei": "RON", "brl": "BRL", "r$": "BRL",
+    "mxn": "MXN", "zar": "ZAR", "aud": "AUD", "cad": "CAD", "sgd": "SGD", "hkd": "HKD", "nzd": "NZD",
+    "krw": "KRW", "₩": "KRW", "try": "TRY", "₺": "TRY", "aed": "AED", "sar": "SAR", "idr": "IDR",
+    "rp": "IDR", "thb": "THB", "฿": "THB", "php": "PHP", "₱": "PHP", "vnd": "VND", "₫": "VND",
+    "rub": "RUB", "₽": "RUB", "uah": "UAH", "₴": "UAH", "ils": "ILS", "₪": "ILS", "egp": "EGP",
+    "ngn": "NGN", "₦": "NGN", "kes": "KES", "pkr": "PKR", "bdt": "BDT", "lkr": "LKR",
+}
+_SIGN_RE = "|".join(re.escape(s) for s in sorted(CURRENCY_SIGNS, key=len, reverse=True))
+_AMOUNT = re.compile(
+    r"(?:(?P<pre>" + _SIGN_RE + r")\s{0,2})?"
+    r"(?P<neg>[-−–]\s?|\()?"
+    r"(?:(?P<pre2>[$€£¥₹])\s?)?"
+    r"(?<![\w.,/:])"
+    r"(?P<num>\d{1,3}(?:(?P<g>[,.'\u00a0\u202f])\d{3})(?:(?P=g)\d{3})*(?:[.,]\d{1,2})?"
+    r"|\d{1,3}(?:\s\d{3})+,\d{1,2}"
+    r"|\d+(?:[.,]\d{1,3})?)"
+    r"(?P<neg2>-)?\)?"
+    r"(?![\w/:]|[.,]\d)"
+    r"(?:\s{0,2}(?P<post>" + _SIGN_RE + r")(?![a-z]))?",
+    re.IGNORECASE,
+)
+
+
+def decimal_hint(text: str) -> str:
+    """The document's decimal separator: whichever ends more two-decimal amounts."""
+    commas = len(re.findall(r"\d,\d{2}(?![\d])", text))
+    dots = len(re.findall(r"\d\.\d{2}(?![\d])", text))
+    return "," if commas > dots else "."
+
+
+def parse_number(raw: str, decimal: str = ".") -> float | None:
+    """``1.234,56`` / ``1,234.56`` / ``1 234,56`` / ``1234,5`` → float."""
+    text = raw.replace("\u00a0", " ").replace("\u202f", " ").replace("'", "").strip()
+    text = re.sub(r"(?<=\d) (?=\d{3}\b)", "", text)
+    if not re.fullmatch(r"\d+(?:[.,]\d+)*", text):
+        return None
+    last_dot, last_comma = text.rfind("."), text.rfind(",")
+    if last_dot >= 0 and last_comma >= 0:
+        dec = "." if last_dot > last_comma else ","
+    elif last_dot >= 0 or last_comma >= 0:
+        sep = "." if last_dot >= 0 else ","
+        tail = len(text) - max(last_dot, last_comma) - 1
+        if text.count(sep) > 1:
+            dec = ""  # only groups
+        elif tail == 3:
+            # "1,500" / "1.500": a group, unless the document writes its decimals with it
+            dec = sep if decimal == sep else ""
+        else:
+            dec = sep
+    else:
+        dec = ""
+    group = {",": ".", ".": ",", "": ",."}[dec]
+    for ch in group:
+        text = text.replace(ch, "")
+    if dec == ",":
+        text = text.replace(",", ".")
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def find_amounts(text: str, decimal: str = ".") -> list[Found]:
+    """Every amount in `text` with its currency when one is written beside it."""
+    found: list[Found] = []
+    for match in _AMOUNT.finditer(text):
+        number = parse_number(match["num"], decimal)
+        if number is None:
+            continue
+        if match["neg"] or match["neg2"]:
+            number = -number
+        sign = match["pre"] or match["pre2"] or match["post"]
+        currency = CURRENCY_SIGNS.get(sign.lower()) if sign else None
+        if currency is None and sign:
+            continue
+        raw = match["num"]
+        quality = 0.8
+        if currency is not None:
+            quality = 1.0
+        elif re.search(r"[.,]\d{2}$", raw):
+            quality = 0.95
+        start = match.start("num") if not (match["pre"] or match["pre2"] or match["neg"]) else match.start()
+        found.append(Found(round(number, 6), start, match.end(), quality, currency))
+    return found
+
+
+def find_integers(text: str) -> list[Found]:
+    out = []
+    for found in find_amounts(text):
+        value = float(found.value)
+        if value.is_integer():
+            out.append(Found(int(value), found.start, found.end, found.quality))
+    return out
+
+
+# --- the rest ------------------------------------------------------------------
+
+_EMAIL = re.compile(r"[A-Za-z0-9._%+\-]+@[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)*\.[A-Za-z]{2,24}")
+_URI = re.compile(r"\bhttps?://[^\s<>\"']+|\bwww\.[A-Za-z0-9\-]+(?:\.[A-Za-z0-9\-]+)+[^\s<>\"']*", re.IGNORECASE)
+_TRUE = {"yes", "true", "y", "x", "[x]", "☑", "☒", "✓", "✔", "oui", "ja", "si", "sí", "tak", "1", "checked",
+         "paid", "on"}
+_FALSE = {"no", "false", "n", "[ ]", "☐", "non", "nein", "nee", "nie", "0", "unchecked", "unpaid", "off"}
+_BOOL_WORD = re.compile(r"\[[ xX]\]|[☑☒✓✔☐]|[A-Za-zÀ-ÿ]+|\d")
+
+
+def find_emails(text: str) -> list[Found]:
+    return [Found(m.group().strip("."), m.start(), m.end()) for m in _EMAIL.finditer(text)]
+
+
+def find_uris(text: str) -> list[Found]:
+    out = []
+    for m in _URI.finditer(text):
+        value = m.group().rstrip(".,;)")
+        if not value.lower().startswith("http"):
+            value = "https://" + value
+        out.append(Found(value, m.start(), m.start() + len(m.group().rstrip(".,;)"))))
+    return out
+
+
+def find_booleans(text: str) -> list[Found]:
+    out = []
+    for m in _BOOL_WORD.finditer(text):
+        word = fold(m.group())
+        if word in _TRUE:
+            out.append(Found(True, m.start(), m.end(), 0.9 if len(word) > 1 else 0.6))
+        elif word in _FALSE:
+            out.append(Found(False, m.start(), m.end(), 0.9 if len(word) > 1 else 0.6))
+    return out
+
+
+def find_enum(text: str, members: list[Any]) -> list[Found]:
+    """Members of an enum written in `text` (case and accents ignored), longest first."""
+    folded = fold(text)
+    out: list[Found] = []
+    for member in sorted(members, key=lambda m: -len(str(m))):
+        key = fold(str(member))
+        if not key:
+            continue
+        for m in re.finditer(r"(?<![\w])" + re.escape(key) + r"(?![\w])", folded):
+            if not any(f.start < m.end() and m.start() < f.end for f in out):
+                out.append(Found(member, m.start(), m.end()))
+    out.sort(key=lambda f: f.start)
+    return out
+
+
+_ID_TOKEN = re.compile(r"(?:[#№]\s?)?[A-Za-z0-9][A-Za-z0-9_\-/.]*[A-Za-z0-9]|[A-Za-z0-9]")
+
+
+def find_identifier(text: str) -> Found | None:
+    """The first identifier-looking token: letters and digits, dashes, slashes.
+
+    A leading ``#`` or ``№`` is kept with the token it marks, as printed
+    (``# 123`` → ``#123``). Tokens with a digit are preferred; a lone word is
+    accepted with a lower quality.
+    """
+    words = [m for m in _ID_TOKEN.finditer(text)]
+    for index, m in enumerate(words):
+        token = m.group().replace(" ", "").rstrip(".")
+        if fold(token) in _ID_FILLERS:
+            continue
+        if any(ch.isdigit() for ch in token):
+            return Found(token, m.start(), m.start() + len(m.group().rstrip(".")), 1.0)
+        if index == 0:
+            # A word is rarely a number; a sentence after a label is not one at all.
+            rest = text[m.end():].strip()
+            quality = 0.5 if len(rest.split()) <= 1 else 0.3
+            return Found(token, m.start(), m.start() + len(m.group().rstrip(".")), quality)
+    return None
+
+
+_ID_FILLERS = {"no", "nr", "n", "n°", "no.", "nr.", "number", "num", "is", "of", "de", "du", "#", "id", "ref",
+               "nummer", "numero", "numer"}
+
+
+def clean_text(text: str) -> str:
+    return " ".join(text.strip(" \t:;|,-–—").split())

@@ -1,0 +1,71 @@
+"""What runs inside a trio-parallel worker process: one call per document.
+
+The functions here take and return plain picklable data. A `JobError`
+raised by a parser does not cross the process boundary as an exception (its
+constructor takes keyword arguments pickle does not replay); it comes back as
+a `Failure`, and so does any unexpected error of a parser library on the
+file's bytes (``PARSE_FAILED``, with the traceback for the daemon's log).
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.errors import JobError
+from daemon.extraction.document import Document
+from daemon.extraction.parsers import ParseOptions, parse
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    code: str
+    message: str
+    detail: str = ""  # traceback of an unexpected error, for the log only
+
+
+@dataclass(frozen=True, slots=True)
+class RulesOutcome:
+    page_count: int
+    result: dict[str, Any]
+    fields: dict[str, Any]
+    ocr_pages: int
+
+
+def parse_document(path: str, mime_type: str, options: ParseOptions) -> Document | Failure:
+    """Parse a file (for the AI providers, which need the whole text)."""
+    try:
+        return parse(Path(path), mime_type, options)
+    except JobError as exc:
+        return Failure(exc.code, exc.message)
+    except MemoryError:
+        return Failure("PARSE_FAILED", "the document needs more memory than the worker has")
+    except Exception as exc:
+        return Failure("PARSE_FAILED", f"the document could not be parsed ({type(exc).__name__})",
+                       traceback.format_exc())
+
+
+def extract_with_rules(path: str, mime_type: str, options: ParseOptions,
+                       definition: dict[str, Any]) -> RulesOutcome | Failure:
+    """Parse a file and run the rules provider on it, in the same process: only
+    the result crosses back, not the document."""
+    from daemon.extraction.providers.rules.engine import extract_rules
+
+    document = parse_document(path, mime_type, options)
+    if isinstance(document, Failure):
+        return document
+    try:
+        result, fields = extract_rules(document, definition)
+    except Exception as exc:
+        return Failure("INTERNAL_ERROR", f"the rules provider failed ({type(exc).__name__})",
+                       traceback.format_exc())
+    return RulesOutcome(document.page_count, result, fields, sum(1 for p in document.pages if p.ocr))
+
+
+def probe() -> str | None:
+    """Tesseract's version as a worker sees it (None when missing)."""
+    from daemon.extraction.parsers.ocr import tesseract_version
+
+    return tesseract_version()

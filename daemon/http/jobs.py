@@ -1,0 +1,434 @@
+"""/api/jobs and /api/job-runs (SPEC §6, §8)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+from quart import Blueprint, request
+from quart_schema import tag_blueprint, validate_querystring, validate_request
+from quart_trio.wrappers.response import TrioResponse as Response
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+
+from daemon.auth.guard import current_principal
+from daemon.clock import utcnow
+from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from daemon.http.context import no_content, services
+from daemon.http.pagination import PageQuery, page
+from daemon.http.requests import current_request
+from daemon.http.validation import parse
+from daemon.jobs import filetypes
+from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, job_json, run_json
+from daemon.jobs.upload import StoredFile, Upload, receive_upload
+from daemon.storage.repos import jobs as repo
+from daemon.storage.repos.jobs import JobFilter, NewJob
+
+blueprint = Blueprint("jobs", __name__, url_prefix="/api")
+tag_blueprint(blueprint, ["jobs"])
+
+# Multipart framing around one file: boundaries and part headers.
+_MULTIPART_SLACK_BYTES = 64 * 1024
+MAX_FILES_PER_RUN = 1000
+
+
+class JobQuery(PageQuery):
+    status: JobStatus | None = None
+    schemaId: str | None = None
+    jobRunId: str | None = None
+    createdAfter: dt.datetime | None = None
+    createdBefore: dt.datetime | None = None
+
+    def filter(self) -> JobFilter:
+        return JobFilter(
+            status=self.status,
+            schema_id=self.schemaId,
+            job_run_id=self.jobRunId,
+            created_after=_aware(self.createdAfter),
+            created_before=_aware(self.createdBefore),
+        )
+
+
+def _aware(value: dt.datetime | None) -> dt.datetime | None:
+    return value.replace(tzinfo=dt.UTC) if value is not None and value.tzinfo is None else value
+
+
+class RemoteSource(BaseModel):
+    integrationId: str = Field(min_length=1)
+    fileId: str | None = None
+    key: str | None = None
+    folderPath: str | None = None
+
+
+class CreateJobJson(BaseModel):
+    type: str
+    schemaId: str
+    source: RemoteSource
+
+
+class CreateRunJson(BaseModel):
+    type: str
+    schemaId: str
+    sources: list[RemoteSource] = Field(min_length=1, max_length=MAX_FILES_PER_RUN)
+
+
+class PatchResultBody(BaseModel):
+    result: dict[str, Any]
+
+
+# --- shared checks -----------------------------------------------------------------------
+
+
+async def _checked_schema(schema_id: str | None, type_: str | None) -> str:
+    """The id of a live schema of the caller; 400 for a wrong type or an unknown schema."""
+    from daemon.storage.repos.schemas import get_schema
+
+    problems = []
+    if type_ != JOB_TYPE_EXTRACTION:
+        problems.append(f"type must be one of the following values: {JOB_TYPE_EXTRACTION}")
+    if not schema_id:
+        problems.append("schemaId should not be empty")
+    elif await services().db.read(get_schema, current_principal().user_id, schema_id) is None:
+        problems.append("schemaId must be the id of one of your schemas")
+    if problems:
+        raise BadRequest(problems)
+    assert schema_id is not None
+    return schema_id
+
+
+async def _typed(stored: StoredFile) -> NewJob:
+    """The job made from an uploaded file, its type confirmed from its bytes (400 otherwise)."""
+    mime = stored.mime_type
+    if mime == filetypes.ZIP:
+        path = await services().blobs.local_path(stored.blob_key)
+        head = await _head(stored.blob_key)
+        mime = await _in_thread(filetypes.refine_zip, path, head) or ""
+    if mime not in filetypes.SUPPORTED:
+        accepted = "PDF, PNG, JPEG, TIFF, WEBP, DOCX, XLSX, CSV, TXT, HTML"
+        raise BadRequest([f"Unsupported file type: {stored.file_name} (accepted: {accepted})"])
+    return NewJob(
+        file_name=stored.file_name,
+        file_size=stored.size,
+        mime_type=mime,
+        sha256=stored.sha256,
+        blob_key=stored.blob_key,
+    )
+
+
+async def _head(blob_key: str) -> bytes:
+    async for chunk in services().blobs.read(blob_key):
+        return chunk[: filetypes.SNIFF_BYTES]
+    return b""
+
+
+async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    import trio
+
+    return await trio.to_thread.run_sync(fn, *args)
+
+
+async def _forget(upload: Upload) -> None:
+    for stored in upload.files:
+        await services().blobs.delete(stored.blob_key)
+
+
+def _refuse_oversized(max_bytes: int) -> None:
+    """Refuse at once an upload whose declared length already exceeds what it may carry."""
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        current_request().body.discard()
+        raise PayloadTooLarge(f"Request exceeds the maximum size of {max_bytes} bytes")
+
+
+def _request_hash(**parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+async def _create_idempotently(
+    resource_type: str,
+    request_hash: str,
+    create: Callable[[Connection], str],
+    render: Callable[[str], Awaitable[dict[str, Any]]],
+    cleanup: Callable[[], Awaitable[None]],
+) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """Create once per Idempotency-Key (SPEC §6): a repeat of the same request replays the
+    original (200, Idempotent-Replayed), a different request with the key is 409, and two
+    concurrent requests with one key create one resource (the key's row is the arbiter)."""
+    key = request.headers.get("Idempotency-Key")
+    user_id = current_principal().user_id
+    db = services().db
+    if key is not None and not 1 <= len(key) <= 255:
+        await cleanup()
+        raise BadRequest(["Idempotency-Key must be 1 to 255 characters"])
+
+    async def replay() -> tuple[dict[str, Any], int, dict[str, str]] | None:
+        assert key is not None
+        seen = await db.read(repo.find_idempotency_key, user_id, key, utcnow())
+        if seen is None:
+            return None
+        await cleanup()
+        if seen.request_hash != request_hash or seen.resource_type != resource_type:
+            raise Conflict("Idempotency-Key was already used with a different request")
+        return await render(seen.resource_id), 200, {"Idempotent-Replayed": "true"}
+
+    if key is not None and (replayed := await replay()) is not None:
+        return replayed
+
+    def unit(conn: Connection) -> str:
+        resource_id = create(conn)
+        if key is not None:
+            repo.remember_idempotency_key(
+                conn,
+                user_id=user_id,
+                key=key,
+                request_hash=request_hash,
+                resource_type=resource_type,
+                resource_id=resource_id,
+                now=utcnow(),
+                ttl_s=services().config.jobs.idempotency_ttl_s,
+            )
+        return resource_id
+
+    try:
+        resource_id = await db.run(unit)
+    except IntegrityError:
+        if key is None or (replayed := await replay()) is None:
+            raise
+        return replayed
+    services().jobs_wakeup.set()
+    services().deliveries_wakeup.set()
+    return await render(resource_id), 201, {}
+
+
+async def _job_body(job_id: str) -> dict[str, Any]:
+    job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
+    if job is None:
+        raise NotFound("Job not found")
+    return job_json(job)
+
+
+async def _run_body(run_id: str, *, with_jobs: bool = False) -> dict[str, Any]:
+    user_id = current_principal().user_id
+
+    def load(conn: Connection) -> dict[str, Any]:
+        run = repo.get_run(conn, user_id, run_id)
+        if run is None:
+            raise NotFound("Job run not found")
+        body = run_json(run, repo.run_counts(conn, run_id))
+        if with_jobs:
+            rows = repo.list_jobs(conn, user_id, JobFilter(job_run_id=run_id), MAX_FILES_PER_RUN, None)
+            body["jobs"] = [job_json(row) for row in reversed(rows)]
+        return body
+
+    return await services().db.read(load)
+
+
+def _no_integrations(sources: list[RemoteSource]) -> BadRequest:
+    # Integrations (S3, Google Drive) are not built yet: no integrationId can be one of the caller's.
+    return BadRequest(
+        [f"sources.{i}.integrationId must be the id of one of your integrations" for i, _ in enumerate(sources)]
+    )
+
+
+# --- jobs -----------------------------------------------------------------------------
+
+
+@blueprint.post("/jobs")
+async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
+    """Create an extraction job from a multipart upload (`file`, `type`, `schemaId`),
+    or from JSON `{type, schemaId, source}` naming a file of an integration."""
+    config = services().config
+    if request.mimetype == "application/json":
+        body = parse(CreateJobJson, await request.get_json())
+        await _checked_schema(body.schemaId, body.type)
+        raise _no_integrations([body.source])
+    _refuse_oversized(config.jobs.max_file_size_bytes + _MULTIPART_SLACK_BYTES)
+    upload = await receive_upload(
+        request, services().blobs, file_field="file", max_file_bytes=config.jobs.max_file_size_bytes, max_files=1
+    )
+    try:
+        schema_id = await _checked_schema(upload.field("schemaId"), upload.field("type"))
+        if not upload.files:
+            raise BadRequest(["file should not be empty"])
+        new = await _typed(upload.files[0])
+    except BaseException:
+        await _forget(upload)
+        raise
+    user_id = current_principal().user_id
+    request_hash = _request_hash(kind="job", schemaId=schema_id, sha256=new.sha256, fileName=new.file_name)
+    return await _create_idempotently(
+        "job",
+        request_hash,
+        lambda conn: repo.create_job(conn, user_id=user_id, schema_id=schema_id, new=new, now=utcnow()).id,
+        _job_body,
+        lambda: _forget(upload),
+    )
+
+
+@blueprint.get("/jobs")
+@validate_querystring(JobQuery)
+async def list_jobs(query_args: JobQuery) -> dict[str, Any]:
+    """The caller's jobs, newest first, filtered by status, schema, run or creation time."""
+    rows = await services().db.read(
+        repo.list_jobs, current_principal().user_id, query_args.filter(), query_args.limit, query_args.cursor
+    )
+    return page(rows, query_args.limit, job_json)
+
+
+@blueprint.get("/jobs/<job_id>")
+async def get_job(job_id: str) -> dict[str, Any]:
+    return await _job_body(job_id)
+
+
+@blueprint.get("/jobs/<job_id>/file")
+async def get_job_file(job_id: str) -> Response:
+    """The original bytes of the job's file."""
+    job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
+    if job is None:
+        raise NotFound("Job not found")
+    if not job.blob_key:
+        raise NotFound("This job has no file yet")
+    blobs = services().blobs
+
+    async def stream() -> AsyncIterator[bytes]:
+        async for chunk in blobs.read(job.blob_key):
+            yield chunk
+
+    name = (job.file_name or "document").replace('"', "")
+    response = Response(stream(), content_type=job.mime_type or "application/octet-stream")
+    response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+    if job.file_size is not None:
+        response.headers["Content-Length"] = str(job.file_size)
+    return response
+
+
+@blueprint.post("/jobs/<job_id>/restart")
+async def restart_job(job_id: str) -> dict[str, Any]:
+    """Queue a FAILED job again with its attempts reset (409 otherwise); emits job.queued."""
+    job = await services().db.run(repo.restart_job, current_principal().user_id, job_id, utcnow())
+    services().jobs_wakeup.set()
+    services().deliveries_wakeup.set()
+    return job_json(job)
+
+
+@blueprint.post("/jobs/<job_id>/cancel")
+async def cancel_job(job_id: str) -> dict[str, Any]:
+    """Cancel a PENDING or QUEUED job (409 otherwise); emits job.cancelled."""
+    job = await services().db.run(repo.cancel_job, current_principal().user_id, job_id, utcnow())
+    services().deliveries_wakeup.set()
+    return job_json(job)
+
+
+@blueprint.patch("/jobs/<job_id>/result")
+@validate_request(PatchResultBody)
+async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
+    """Correct a COMPLETED job's result; it must match the schema. Emits job.updated."""
+    from daemon.schemas.definition import validate_result
+    from daemon.storage.repos.schemas import get_schema
+
+    user_id = current_principal().user_id
+    job = await services().db.read(repo.get_job, user_id, job_id)
+    if job is None:
+        raise NotFound("Job not found")
+    schema = await services().db.read(get_schema, user_id, job.schema_id, include_deleted=True)
+    if schema is not None and (problems := validate_result(schema.definition, data.result)):
+        raise BadRequest([f"result{p}" for p in problems])
+    job = await services().db.run(repo.patch_result, user_id, job_id, data.result, utcnow())
+    services().deliveries_wakeup.set()
+    return job_json(job)
+
+
+@blueprint.delete("/jobs/<job_id>")
+async def delete_job(job_id: str) -> Response:
+    """Delete a job that is not RUNNING, and its file."""
+    blob_key = await services().db.run(repo.delete_job, current_principal().user_id, job_id)
+    if blob_key:
+        await services().blobs.delete(blob_key)
+    return no_content()
+
+
+# --- batch runs -------------------------------------------------------------------------
+
+
+@blueprint.post("/job-runs")
+async def create_run() -> tuple[dict[str, Any], int, dict[str, str]]:
+    """Create a batch run from several uploaded `files` (multipart, with `type` and
+    `schemaId`), or from JSON `{type, schemaId, sources: [...]}`. Emits job_run.created."""
+    config = services().config
+    if request.mimetype == "application/json":
+        body = parse(CreateRunJson, await request.get_json())
+        await _checked_schema(body.schemaId, body.type)
+        raise _no_integrations(body.sources)
+    upload = await receive_upload(
+        request,
+        services().blobs,
+        file_field="files",
+        max_file_bytes=config.jobs.max_file_size_bytes,
+        max_files=MAX_FILES_PER_RUN,
+    )
+    try:
+        schema_id = await _checked_schema(upload.field("schemaId"), upload.field("type"))
+        if not upload.files:
+            raise BadRequest(["files should not be empty"])
+        items = [await _typed(stored) for stored in upload.files]
+    except BaseException:
+        await _forget(upload)
+        raise
+    user_id = current_principal().user_id
+    request_hash = _request_hash(
+        kind="run", schemaId=schema_id, files=[[item.sha256, item.file_name] for item in items]
+    )
+    return await _create_idempotently(
+        "job_run",
+        request_hash,
+        lambda conn: repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())[0].id,
+        lambda run_id: _run_body(run_id, with_jobs=True),
+        lambda: _forget(upload),
+    )
+
+
+@blueprint.get("/job-runs")
+@validate_querystring(PageQuery)
+async def list_runs(query_args: PageQuery) -> dict[str, Any]:
+    user_id = current_principal().user_id
+
+    def load(conn: Connection) -> dict[str, Any]:
+        rows = repo.list_runs(conn, user_id, query_args.limit, query_args.cursor)
+        return page(rows, query_args.limit, lambda run: run_json(run, repo.run_counts(conn, run.id)))
+
+    return await services().db.read(load)
+
+
+@blueprint.get("/job-runs/<run_id>")
+async def get_run(run_id: str) -> dict[str, Any]:
+    return await _run_body(run_id)
+
+
+@blueprint.get("/job-runs/<run_id>/jobs")
+@validate_querystring(JobQuery)
+async def list_run_jobs(run_id: str, query_args: JobQuery) -> dict[str, Any]:
+    user_id = current_principal().user_id
+    if await services().db.read(repo.get_run, user_id, run_id) is None:
+        raise NotFound("Job run not found")
+    where = query_args.filter()
+    where = JobFilter(
+        status=where.status,
+        schema_id=where.schema_id,
+        job_run_id=run_id,
+        created_after=where.created_after,
+        created_before=where.created_before,
+    )
+    rows = await services().db.read(repo.list_jobs, user_id, where, query_args.limit, query_args.cursor)
+    return page(rows, query_args.limit, job_json)
+
+
+@blueprint.post("/job-runs/<run_id>/cancel")
+async def cancel_run(run_id: str) -> dict[str, Any]:
+    """Cancel the run's PENDING and QUEUED jobs; running ones finish."""
+    await services().db.run(repo.cancel_run, current_principal().user_id, run_id, utcnow())
+    services().deliveries_wakeup.set()
+    return await _run_body(run_id)

@@ -1,0 +1,115 @@
+"""Tell a document's type from its bytes, never from its name (SPEC §6).
+
+`sniff` looks at the first bytes for binary formats and, for text, at
+whether it decodes and how it is shaped. DOCX and XLSX are both ZIP files:
+`refine_zip` tells them apart from the archive's members once the whole file
+is on disk.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from pathlib import Path
+
+PDF = "application/pdf"
+PNG = "image/png"
+JPEG = "image/jpeg"
+TIFF = "image/tiff"
+WEBP = "image/webp"
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
+CSV = "text/csv"
+TXT = "text/plain"
+HTML = "text/html"
+ZIP = "application/zip"  # provisional: DOCX or XLSX, decided by refine_zip
+
+SUPPORTED = (PDF, PNG, JPEG, TIFF, WEBP, DOCX, XLSX, CSV, TXT, HTML)
+# How many leading bytes `sniff` wants.
+SNIFF_BYTES = 8192
+
+
+def sniff(head: bytes) -> str | None:
+    """The type of a file starting with `head`, ZIP for Office files, or None if unsupported."""
+    if head.startswith(b"%PDF-"):
+        return PDF
+    if head.startswith(b"\x89PNG\r\n\x1a\n"):
+        return PNG
+    if head.startswith(b"\xff\xd8\xff"):
+        return JPEG
+    if head[:4] in (b"II*\x00", b"MM\x00*"):
+        return TIFF
+    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
+        return WEBP
+    if head.startswith(b"PK\x03\x04"):
+        return ZIP
+    return _sniff_text(head)
+
+
+def _sniff_text(head: bytes) -> str | None:
+    if not head or b"\x00" in head:
+        return None
+    text = _decode(head)
+    if text is None:
+        return None
+    printable = sum(ch.isprintable() or ch in "\r\n\t\f" for ch in text)
+    if printable < 0.95 * len(text):
+        return None
+    start = text.lstrip("\ufeff \t\r\n").lower()
+    if start.startswith(("<!doctype html", "<html", "<head", "<body")) or (
+        start.startswith("<") and "<html" in start[:1024]
+    ):
+        return HTML
+    return CSV if _looks_like_csv(text) else TXT
+
+
+def _decode(head: bytes) -> str | None:
+    # The head may end inside a multi-byte character: ignore a broken tail only.
+    try:
+        return head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(head) - 3:
+            return head[: exc.start].decode("utf-8")
+    try:
+        return head.decode("cp1252")
+    except UnicodeDecodeError:
+        return None
+
+
+def _looks_like_csv(text: str) -> bool:
+    lines = [line for line in text.splitlines()[:20] if line.strip()]
+    if len(lines) < 2:
+        return False
+    try:
+        dialect = csv.Sniffer().sniff("\n".join(lines[:10]), delimiters=",;\t|")
+    except csv.Error:
+        return False
+    rows = list(csv.reader(io.StringIO("\n".join(lines[:-1] if len(lines) > 2 else lines)), dialect))
+    widths = {len(row) for row in rows}
+    return len(widths) == 1 and widths.pop() >= 2
+
+
+def refine_zip(path: Path, head: bytes) -> str | None:
+    """DOCX or XLSX from a ZIP's members; None for any other archive.
+
+    A truncated archive has no central directory; its first local headers (in
+    `head`) still name the parts, so it is accepted as what it claims to be and
+    fails later as CORRUPTED_FILE, as a corrupt PDF does.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError):
+        if b"word/" in head:
+            return DOCX
+        if b"xl/" in head:
+            return XLSX
+        return None
+    if "[Content_Types].xml" not in names:
+        return None
+    if "word/document.xml" in names:
+        return DOCX
+    if "xl/workbook.xml" in names:
+        return XLSX
+    return None

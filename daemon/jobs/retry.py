@@ -1,0 +1,27 @@
+"""When a failed attempt runs again: a pure policy, `now` passed in."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+# A job is retried within minutes, not hours: the cap keeps a flapping provider
+# from parking work for long.
+MAX_DELAY_S = 300.0
+
+
+def next_attempt_at(*, attempts: int, max_attempts: int, retryable: bool, now: dt.datetime,
+                    initial_delay_s: float, retry_after_s: float | None = None,
+                    rng: random.Random | None = None) -> dt.datetime | None:
+    """The time of the next attempt after `attempts` failed ones, or None to fail the job.
+
+    Exponential backoff (initial × 2^(attempts-1), ±10 % jitter, capped), never
+    sooner than the provider's Retry-After.
+    """
+    if not retryable or attempts >= max_attempts:
+        return None
+    delay = min(MAX_DELAY_S, initial_delay_s * 2 ** (attempts - 1))
+    delay *= 1 + (rng or random).uniform(-0.1, 0.1)
+    if retry_after_s is not None:
+        delay = max(delay, retry_after_s)
+    return now + dt.timedelta(seconds=delay)

@@ -1,0 +1,562 @@
+"""Jobs and batch runs: every state change and its event in one transaction.
+
+Transitions follow the seed's table (SPEC §6, §8):
+
+    (create) → PENDING | QUEUED            job.queued
+    QUEUED   → RUNNING   (claim)           job.started
+    RUNNING  → COMPLETED                   job.completed
+    RUNNING  → QUEUED    (retryable error, lease expiry, shutdown release)
+    RUNNING  → FAILED    (last attempt)    job.failed
+    PENDING | QUEUED → CANCELLED           job.cancelled
+    FAILED   → QUEUED    (restart)         job.queued
+    COMPLETED → COMPLETED (result patch)   job.updated
+
+A job that ends inside a batch run updates the run: job_run.progress (at most
+once a second, the last always sent) and, when every job has ended,
+job_run.completed or job_run.failed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from daemon.errors import Conflict, NotFound
+from daemon.events import record_event
+from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, count_key, job_json, run_json
+from daemon.storage.ids import new_id
+from daemon.storage.tables import idempotency_keys, job_runs, jobs
+
+PROGRESS_INTERVAL = dt.timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What a job is made from: an uploaded file, or a remote source still to fetch."""
+
+    file_name: str | None = None
+    file_size: int | None = None
+    mime_type: str | None = None
+    sha256: str | None = None
+    blob_key: str | None = None
+    source: dict[str, Any] | None = None
+
+
+def _job(conn: Connection, job_id: str) -> Row[Any]:
+    return conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).one()
+
+
+def _event(conn: Connection, type: str, job: Row[Any], now: dt.datetime, *, with_result: bool = False) -> None:
+    record_event(
+        conn,
+        user_id=job.user_id,
+        type=type,
+        data={"job": job_json(job, with_result=with_result)},
+        now=now,
+        schema_id=job.schema_id,
+        job_id=job.id,
+        job_run_id=job.job_run_id,
+    )
+
+
+def create_job(
+    conn: Connection, *, user_id: str, schema_id: str, new: NewJob, now: dt.datetime, job_run_id: str | None = None
+) -> Row[Any]:
+    job_id = new_id()
+    status = JobStatus.PENDING if new.source is not None and new.blob_key is None else JobStatus.QUEUED
+    conn.execute(
+        jobs.insert().values(
+            id=job_id,
+            user_id=user_id,
+            schema_id=schema_id,
+            job_run_id=job_run_id,
+            type=JOB_TYPE_EXTRACTION,
+            status=status,
+            file_name=new.file_name,
+            file_size=new.file_size,
+            mime_type=new.mime_type,
+            sha256=new.sha256,
+            blob_key=new.blob_key,
+            source=new.source,
+            attempts=0,
+            created_at=now,
+            updated_at=now,
+            run_after=now,
+        )
+    )
+    job = _job(conn, job_id)
+    _event(conn, "job.queued", job, now)
+    return job
+
+
+def get_job(conn: Connection, user_id: str, job_id: str) -> Row[Any] | None:
+    return conn.execute(sa.select(jobs).where(jobs.c.id == job_id, jobs.c.user_id == user_id)).first()
+
+
+def _owned(conn: Connection, user_id: str, job_id: str) -> Row[Any]:
+    job = get_job(conn, user_id, job_id)
+    if job is None:
+        raise NotFound("Job not found")
+    return job
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    status: str | None = None
+    schema_id: str | None = None
+    job_run_id: str | None = None
+    created_after: dt.datetime | None = None
+    created_before: dt.datetime | None = None
+
+
+def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None) -> list[Row[Any]]:
+    query = sa.select(jobs).where(jobs.c.user_id == user_id).order_by(jobs.c.id.desc()).limit(limit + 1)
+    if where.status:
+        query = query.where(jobs.c.status == where.status)
+    if where.schema_id:
+        query = query.where(jobs.c.schema_id == where.schema_id)
+    if where.job_run_id:
+        query = query.where(jobs.c.job_run_id == where.job_run_id)
+    if where.created_after:
+        query = query.where(jobs.c.created_at > where.created_after)
+    if where.created_before:
+        query = query.where(jobs.c.created_at < where.created_before)
+    if cursor:
+        query = query.where(jobs.c.id < cursor)
+    return list(conn.execute(query))
+
+
+def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> Row[Any]:
+    conn.execute(jobs.update().where(jobs.c.id == job_id).values(updated_at=now, **values))
+    return _job(conn, job_id)
+
+
+def cancel_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Row[Any]:
+    job = _owned(conn, user_id, job_id)
+    if job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
+        raise Conflict(f"Only PENDING or QUEUED jobs can be cancelled (this one is {job.status})")
+    job = _update(conn, job_id, now, status=JobStatus.CANCELLED, finished_at=now, run_after=None)
+    _event(conn, "job.cancelled", job, now)
+    _job_ended(conn, job, now)
+    return job
+
+
+def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Row[Any]:
+    job = _owned(conn, user_id, job_id)
+    if job.status != JobStatus.FAILED:
+        raise Conflict(f"Only FAILED jobs can be restarted (this one is {job.status})")
+    job = _update(
+        conn,
+        job_id,
+        now,
+        status=JobStatus.QUEUED,
+        attempts=0,
+        error_code=None,
+        error_message=None,
+        started_at=None,
+        finished_at=None,
+        run_after=now,
+    )
+    _event(conn, "job.queued", job, now)
+    if job.job_run_id:
+        conn.execute(
+            job_runs.update()
+            .where(job_runs.c.id == job.job_run_id, job_runs.c.status != RunStatus.CANCELLED)
+            .values(status=RunStatus.RUNNING, finished_at=None, updated_at=now)
+        )
+    return job
+
+
+def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, Any], now: dt.datetime) -> Row[Any]:
+    """Replace a COMPLETED job's result (validated by the caller); the extracted one is kept."""
+    job = _owned(conn, user_id, job_id)
+    if job.status != JobStatus.COMPLETED:
+        raise Conflict(f"Only COMPLETED jobs have a result to correct (this one is {job.status})")
+    original = job.original_result if job.original_result is not None else job.result
+    job = _update(conn, job_id, now, result=result, original_result=original)
+    _event(conn, "job.updated", job, now, with_result=True)
+    return job
+
+
+def delete_job(conn: Connection, user_id: str, job_id: str) -> str | None:
+    """Delete the job and its events' link; returns its blob key for the caller to delete."""
+    job = _owned(conn, user_id, job_id)
+    if job.status == JobStatus.RUNNING:
+        raise Conflict("A RUNNING job cannot be deleted; cancel is not possible either, wait for it to end")
+    conn.execute(jobs.delete().where(jobs.c.id == job_id))
+    if job.job_run_id:
+        conn.execute(job_runs.update().where(job_runs.c.id == job.job_run_id).values(total=job_runs.c.total - 1))
+    return str(job.blob_key) if job.blob_key else None
+
+
+# --- the queue ------------------------------------------------------------------------
+
+
+def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) -> Row[Any] | None:
+    """Take the next due QUEUED job: RUNNING, leased to `owner`, one more attempt.
+
+    PostgreSQL skips rows other processes are claiming (FOR UPDATE SKIP LOCKED);
+    SQLite runs this under its single writer lock (BEGIN IMMEDIATE).
+    """
+    query = (
+        sa.select(jobs.c.id, jobs.c.attempts, jobs.c.started_at)
+        .where(jobs.c.status == JobStatus.QUEUED, jobs.c.run_after <= now)
+        .order_by(jobs.c.run_after, jobs.c.id)
+        .limit(1)
+    )
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    due = conn.execute(query).first()
+    if due is None:
+        return None
+    job = _update(
+        conn,
+        due.id,
+        now,
+        status=JobStatus.RUNNING,
+        attempts=due.attempts + 1,
+        lease_owner=owner,
+        lease_expires_at=now + dt.timedelta(seconds=lease_s),
+        started_at=due.started_at or now,
+    )
+    _event(conn, "job.started", job, now)
+    return job
+
+
+def next_due(conn: Connection) -> dt.datetime | None:
+    """When the earliest QUEUED job becomes claimable (None: the queue is empty)."""
+    value = conn.execute(sa.select(sa.func.min(jobs.c.run_after)).where(jobs.c.status == JobStatus.QUEUED)).scalar()
+    if value is None:
+        return None
+    return value if isinstance(value, dt.datetime) and value.tzinfo else _as_utc(value)
+
+
+def _as_utc(value: Any) -> dt.datetime:
+    # min() over a SQLite column comes back as text, outside the column's type.
+    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
+
+
+def _held(owner: str, job_id: str) -> sa.ColumnElement[bool]:
+    return sa.and_(jobs.c.id == job_id, jobs.c.status == JobStatus.RUNNING, jobs.c.lease_owner == owner)
+
+
+def renew_lease(conn: Connection, *, job_id: str, owner: str, now: dt.datetime, lease_s: int) -> bool:
+    """Extend the lease; False if the job is no longer ours (the reaper took it back)."""
+    result = conn.execute(
+        jobs.update().where(_held(owner, job_id)).values(lease_expires_at=now + dt.timedelta(seconds=lease_s))
+    )
+    return result.rowcount == 1
+
+
+def complete_job(
+    conn: Connection,
+    *,
+    job_id: str,
+    owner: str,
+    result: dict[str, Any],
+    meta: dict[str, Any],
+    page_count: int | None,
+    now: dt.datetime,
+) -> Row[Any] | None:
+    """RUNNING → COMPLETED, if we still hold the lease (else None: someone else has it now)."""
+    done = conn.execute(
+        jobs.update()
+        .where(_held(owner, job_id))
+        .values(
+            status=JobStatus.COMPLETED,
+            result=result,
+            result_meta=meta,
+            page_count=page_count,
+            error_code=None,
+            error_message=None,
+            finished_at=now,
+            updated_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+            run_after=None,
+        )
+    )
+    if done.rowcount != 1:
+        return None
+    job = _job(conn, job_id)
+    _event(conn, "job.completed", job, now, with_result=True)
+    _job_ended(conn, job, now)
+    return job
+
+
+def fail_job(
+    conn: Connection,
+    *,
+    job_id: str,
+    owner: str,
+    code: str,
+    message: str,
+    now: dt.datetime,
+    retry_at: dt.datetime | None,
+    page_count: int | None = None,
+) -> Row[Any] | None:
+    """RUNNING → QUEUED again at `retry_at`, or → FAILED when `retry_at` is None."""
+    values: dict[str, Any] = {
+        "error_code": code,
+        "error_message": message[:2000],
+        "updated_at": now,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
+    if page_count is not None:
+        values["page_count"] = page_count
+    if retry_at is not None:
+        values |= {"status": JobStatus.QUEUED, "run_after": retry_at}
+    else:
+        values |= {"status": JobStatus.FAILED, "finished_at": now, "run_after": None}
+    done = conn.execute(jobs.update().where(_held(owner, job_id)).values(**values))
+    if done.rowcount != 1:
+        return None
+    job = _job(conn, job_id)
+    if retry_at is None:
+        _event(conn, "job.failed", job, now)
+        _job_ended(conn, job, now)
+    return job
+
+
+def release_job(conn: Connection, *, job_id: str, owner: str, now: dt.datetime) -> bool:
+    """Give a running job back to the queue at shutdown; the attempt does not count."""
+    result = conn.execute(
+        jobs.update()
+        .where(_held(owner, job_id))
+        .values(
+            status=JobStatus.QUEUED,
+            attempts=jobs.c.attempts - 1,
+            run_after=now,
+            updated_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    )
+    return result.rowcount == 1
+
+
+def reap_expired(conn: Connection, *, now: dt.datetime, max_attempts: int) -> int:
+    """Jobs whose worker died: back to QUEUED, or FAILED once out of attempts."""
+    query = sa.select(jobs).where(jobs.c.status == JobStatus.RUNNING, jobs.c.lease_expires_at < now)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True)
+    expired = list(conn.execute(query))
+    for job in expired:
+        if job.attempts >= max_attempts:
+            fail_job(
+                conn,
+                job_id=job.id,
+                owner=job.lease_owner,
+                code=ErrorCode.INTERNAL_ERROR,
+                message=f"The worker processing this job stopped responding {job.attempts} times",
+                now=now,
+                retry_at=None,
+            )
+        else:
+            _update(conn, job.id, now, status=JobStatus.QUEUED, run_after=now, lease_owner=None, lease_expires_at=None)
+    return len(expired)
+
+
+def next_lease_expiry(conn: Connection) -> dt.datetime | None:
+    value = conn.execute(
+        sa.select(sa.func.min(jobs.c.lease_expires_at)).where(jobs.c.status == JobStatus.RUNNING)
+    ).scalar()
+    return None if value is None else _as_utc(value)
+
+
+def status_counts(conn: Connection) -> dict[str, int]:
+    """Jobs by status across all users, for /metrics."""
+    rows = conn.execute(sa.select(jobs.c.status, sa.func.count()).group_by(jobs.c.status))
+    return {str(status): int(count) for status, count in rows}
+
+
+# --- batch runs -----------------------------------------------------------------------
+
+
+def create_run(
+    conn: Connection, *, user_id: str, schema_id: str, items: list[NewJob], now: dt.datetime
+) -> tuple[Row[Any], list[Row[Any]]]:
+    run_id = new_id()
+    conn.execute(
+        job_runs.insert().values(
+            id=run_id,
+            user_id=user_id,
+            schema_id=schema_id,
+            status=RunStatus.RUNNING,
+            total=len(items),
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    created = [
+        create_job(conn, user_id=user_id, schema_id=schema_id, new=item, now=now, job_run_id=run_id) for item in items
+    ]
+    run = conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id)).one()
+    record_event(
+        conn,
+        user_id=user_id,
+        type="job_run.created",
+        data={"jobRun": run_json(run, run_counts(conn, run_id))},
+        now=now,
+        schema_id=schema_id,
+        job_run_id=run_id,
+    )
+    return run, created
+
+
+def get_run(conn: Connection, user_id: str, run_id: str) -> Row[Any] | None:
+    return conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id, job_runs.c.user_id == user_id)).first()
+
+
+def run_counts(conn: Connection, run_id: str) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    rows = conn.execute(
+        sa.select(jobs.c.status, sa.func.count()).where(jobs.c.job_run_id == run_id).group_by(jobs.c.status)
+    )
+    for status, count in rows:
+        counts[count_key(status)] = counts.get(count_key(status), 0) + int(count)
+    return counts
+
+
+def list_runs(conn: Connection, user_id: str, limit: int, cursor: str | None) -> list[Row[Any]]:
+    query = sa.select(job_runs).where(job_runs.c.user_id == user_id).order_by(job_runs.c.id.desc()).limit(limit + 1)
+    if cursor:
+        query = query.where(job_runs.c.id < cursor)
+    return list(conn.execute(query))
+
+
+def cancel_run(conn: Connection, user_id: str, run_id: str, now: dt.datetime) -> Row[Any]:
+    """Cancel the run's PENDING and QUEUED jobs (each emits job.cancelled); running ones finish."""
+    run = get_run(conn, user_id, run_id)
+    if run is None:
+        raise NotFound("Job run not found")
+    if run.status != RunStatus.RUNNING:
+        raise Conflict(f"Only RUNNING job runs can be cancelled (this one is {run.status})")
+    conn.execute(job_runs.update().where(job_runs.c.id == run_id).values(status=RunStatus.CANCELLED, updated_at=now))
+    waiting = conn.execute(
+        sa.select(jobs).where(jobs.c.job_run_id == run_id, jobs.c.status.in_([JobStatus.PENDING, JobStatus.QUEUED]))
+    )
+    for job in list(waiting):
+        job = _update(conn, job.id, now, status=JobStatus.CANCELLED, finished_at=now, run_after=None)
+        _event(conn, "job.cancelled", job, now)
+    _settle_run(conn, run_id, now, force_progress=True)
+    return conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id)).one()
+
+
+def _job_ended(conn: Connection, job: Row[Any], now: dt.datetime) -> None:
+    if job.job_run_id:
+        _settle_run(conn, job.job_run_id, now)
+
+
+def _settle_run(conn: Connection, run_id: str, now: dt.datetime, *, force_progress: bool = False) -> None:
+    """After a job of the run ended: progress (throttled), and the run's end once all ended."""
+    query = sa.select(job_runs).where(job_runs.c.id == run_id)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()  # two workers ending the last two jobs: one settles
+    run = conn.execute(query).first()
+    if run is None:
+        return
+    counts = run_counts(conn, run_id)
+    finished = counts.get("queued", 0) + counts.get("running", 0) == 0
+    if finished and run.finished_at is None:
+        status = run.status
+        if status == RunStatus.RUNNING:
+            status = RunStatus.FAILED if counts.get("failed", 0) else RunStatus.COMPLETED
+        conn.execute(
+            job_runs.update()
+            .where(job_runs.c.id == run_id)
+            .values(status=status, finished_at=now, updated_at=now, progress_sent_at=now)
+        )
+        run = conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id)).one()
+        data = {"jobRun": run_json(run, counts)}
+        record_event(
+            conn,
+            user_id=run.user_id,
+            type="job_run.progress",
+            data=data,
+            now=now,
+            schema_id=run.schema_id,
+            job_run_id=run_id,
+        )
+        if status in (RunStatus.COMPLETED, RunStatus.FAILED):
+            record_event(
+                conn,
+                user_id=run.user_id,
+                type=f"job_run.{status.lower()}",
+                data=data,
+                now=now,
+                schema_id=run.schema_id,
+                job_run_id=run_id,
+            )
+        return
+    due = run.progress_sent_at is None or run.progress_sent_at <= now - PROGRESS_INTERVAL
+    if due or force_progress:
+        conn.execute(job_runs.update().where(job_runs.c.id == run_id).values(progress_sent_at=now, updated_at=now))
+        record_event(
+            conn,
+            user_id=run.user_id,
+            type="job_run.progress",
+            data={"jobRun": run_json(run, counts)},
+            now=now,
+            schema_id=run.schema_id,
+            job_run_id=run_id,
+        )
+
+
+# --- idempotency ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Remembered:
+    request_hash: str
+    resource_type: str
+    resource_id: str
+
+
+def find_idempotency_key(conn: Connection, user_id: str, key: str, now: dt.datetime) -> Remembered | None:
+    row = conn.execute(
+        sa.select(idempotency_keys).where(
+            idempotency_keys.c.user_id == user_id, idempotency_keys.c.key == key, idempotency_keys.c.expires_at > now
+        )
+    ).first()
+    return None if row is None else Remembered(row.request_hash, row.resource_type, row.resource_id)
+
+
+def remember_idempotency_key(
+    conn: Connection,
+    *,
+    user_id: str,
+    key: str,
+    request_hash: str,
+    resource_type: str,
+    resource_id: str,
+    now: dt.datetime,
+    ttl_s: int,
+) -> None:
+    """Raises IntegrityError if a live entry for the key exists (a concurrent request won)."""
+    conn.execute(
+        idempotency_keys.delete().where(
+            idempotency_keys.c.user_id == user_id, idempotency_keys.c.key == key, idempotency_keys.c.expires_at <= now
+        )
+    )
+    conn.execute(
+        idempotency_keys.insert().values(
+            user_id=user_id,
+            key=key,
+            request_hash=request_hash,
+            resource_type=resource_type,
+            resource_id=resource_id,
+            created_at=now,
+            expires_at=now + dt.timedelta(seconds=ttl_s),
+        )
+    )
+
+
+def purge_idempotency_keys(conn: Connection, now: dt.datetime) -> int:
+    return conn.execute(idempotency_keys.delete().where(idempotency_keys.c.expires_at <= now)).rowcount
