@@ -106,8 +106,8 @@ async def _handle_signals(
     # trio restores, on leaving the receiver, the handlers found when entering it: make those
     # ignore stop signals, so one arriving during the last moments of teardown cannot turn a
     # clean exit 0 into death by signal.
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, signal.SIG_IGN)
+    for stop_signal in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(stop_signal, signal.SIG_IGN)
     with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
         async for signum in signals:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
@@ -16,6 +17,7 @@ from daemon import __version__
 from daemon.auth.guard import install_guard
 from daemon.http import admin, auth, jobs, ops, schemas
 from daemon.http.errors import install_error_handlers
+from daemon.jobs.pool import refresh_job_gauges
 from daemon.http.requests import DocexRequest, current_request
 from daemon.services import Services
 
@@ -55,6 +57,7 @@ def create_app(services: Services) -> QuartTrio:
     install_error_handlers(app)
     _install_request_context(app, services)
     install_guard(app, services)  # after the request id, so refusals carry one too
+    services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
     for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint):
         app.register_blueprint(blueprint)
     return app

@@ -65,4 +65,5 @@ async def run_http(
     app: Any = create_app(services)
     if config.server.trusted_proxy_hops:
         app = ProxyFixMiddleware(app, mode="legacy", trusted_hops=config.server.trusted_proxy_hops)
-    await serve(ShieldedSend(app), hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+    framework: Any = ShieldedSend(app)  # an ASGI callable; hypercorn's type wants its own scope types
+    await serve(framework, hc, shutdown_trigger=shutdown.wait, task_status=task_status)

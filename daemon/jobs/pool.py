@@ -26,7 +26,7 @@ from daemon.clock import utcnow
 from daemon.config import Config
 from daemon.errors import JobError, PermanentJobError
 from daemon.extraction.pipeline import Extraction, extract
-from daemon.jobs.models import ErrorCode
+from daemon.jobs.models import ErrorCode, JobStatus
 from daemon.jobs.retry import next_attempt_at
 from daemon.services import Services
 from daemon.storage.repos import jobs as repo
@@ -215,3 +215,11 @@ async def run_reaper(services: Services, *, task_status: trio.TaskStatus[None] =
             await trio.sleep(delay)
     finally:
         services.running["reaper"] = False
+
+
+async def refresh_job_gauges(services: Services) -> None:
+    """Read jobs by status from the database for a /metrics scrape (all processes' jobs)."""
+    counts = await services.db.read(repo.status_counts)
+    for status in JobStatus:
+        services.metrics.jobs_by_status.labels(status.value).set(counts.get(status.value, 0))
+    services.metrics.queue_depth.set(counts.get(JobStatus.QUEUED, 0) + counts.get(JobStatus.PENDING, 0))
