@@ -25,8 +25,10 @@ from daemon.http.validation import parse
 from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, job_json, run_json
 from daemon.jobs.upload import StoredFile, Upload, receive_upload
+from daemon.schemas.definition import validate_result
 from daemon.storage.repos import jobs as repo
 from daemon.storage.repos.jobs import JobFilter, NewJob
+from daemon.storage.repos.schemas import get_schema
 
 blueprint = Blueprint("jobs", __name__, url_prefix="/api")
 tag_blueprint(blueprint, ["jobs"])
@@ -85,8 +87,6 @@ class PatchResultBody(BaseModel):
 
 async def _checked_schema(schema_id: str | None, type_: str | None) -> str:
     """The id of a live schema of the caller; 400 for a wrong type or an unknown schema."""
-    from daemon.storage.repos.schemas import get_schema
-
     problems = []
     if type_ != JOB_TYPE_EXTRACTION:
         problems.append(f"type must be one of the following values: {JOB_TYPE_EXTRACTION}")
@@ -327,9 +327,6 @@ async def cancel_job(job_id: str) -> dict[str, Any]:
 @validate_request(PatchResultBody)
 async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
     """Correct a COMPLETED job's result; it must match the schema. Emits job.updated."""
-    from daemon.schemas.definition import validate_result
-    from daemon.storage.repos.schemas import get_schema
-
     user_id = current_principal().user_id
     job = await services().db.read(repo.get_job, user_id, job_id)
     if job is None:

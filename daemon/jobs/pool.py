@@ -28,8 +28,10 @@ from daemon.errors import JobError, PermanentJobError
 from daemon.extraction.pipeline import Extraction, extract
 from daemon.jobs.models import ErrorCode, JobStatus
 from daemon.jobs.retry import next_attempt_at
+from daemon.schemas.definition import validate_result
 from daemon.services import Services
 from daemon.storage.repos import jobs as repo
+from daemon.storage.repos.schemas import get_schema
 from daemon.wakeup import Wakeup, wait_any
 
 log = logging.getLogger(__name__)
@@ -75,15 +77,25 @@ async def run_workers(services: Services, *, task_status: trio.TaskStatus[None] 
 
 async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
     poll_s = POLL_S[services.db.url.get_backend_name()]
+    failures = 0
     while not stop.is_set():
-        job = await services.db.run(repo.claim_next, owner=owner, now=utcnow(), lease_s=services.config.jobs.lease_s)
-        if job is None:
-            due = await services.db.read(repo.next_due)
-            delay = poll_s if due is None else min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
-            await wait_any(stop.wait, functools.partial(services.jobs_wakeup.sleep, delay))
-            continue
-        services.deliveries_wakeup.set()  # job.started is in the outbox
-        await process_job(services, job, owner)
+        try:
+            job = await services.db.run(repo.claim_next, owner=owner, now=utcnow(),
+                                        lease_s=services.config.jobs.lease_s)
+            if job is None:
+                due = await services.db.read(repo.next_due)
+                delay = poll_s if due is None else min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
+                await wait_any(stop.wait, functools.partial(services.jobs_wakeup.sleep, delay))
+                continue
+            services.deliveries_wakeup.set()  # job.started is in the outbox
+            await process_job(services, job, owner)
+            failures = 0
+        except Exception:
+            # The database is unreachable or failing: the worker waits and tries again. A job
+            # it held keeps its lease until expiry, then the reaper queues it again.
+            failures += 1
+            log.exception("worker cannot reach the database", extra={"action": "worker.db_error"})
+            await wait_any(stop.wait, functools.partial(trio.sleep, min(30.0, 0.5 * 2**failures)))
 
 
 async def process_job(services: Services, job: Any, owner: str) -> None:
@@ -111,9 +123,6 @@ async def process_job(services: Services, job: Any, owner: str) -> None:
 
 
 async def _attempt(services: Services, job: Any) -> Extraction | JobError:
-    from daemon.schemas.definition import validate_result
-    from daemon.storage.repos.schemas import get_schema
-
     config = services.config
     try:
         schema = await services.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
@@ -200,18 +209,23 @@ async def run_reaper(services: Services, *, task_status: trio.TaskStatus[None] =
     task_status.started()
     try:
         while True:
-            now = utcnow()
-            reaped = await services.db.run(repo.reap_expired, now=now, max_attempts=services.config.jobs.max_attempts)
-            if reaped:
-                log.warning("re-queued jobs of a lost worker", extra={"action": "jobs.reaped", "count": reaped})
-                services.jobs_wakeup.set()
-                services.deliveries_wakeup.set()
-            await services.db.run(repo.purge_idempotency_keys, now)
-            expiry = await services.db.read(repo.next_lease_expiry)
             # Leases of other processes appear without telling us: look again at least every lease length.
             delay = float(services.config.jobs.lease_s)
-            if expiry is not None:
-                delay = min(delay, max(0.5, (expiry - utcnow()).total_seconds() + 0.1))
+            try:
+                now = utcnow()
+                reaped = await services.db.run(repo.reap_expired, now=now,
+                                               max_attempts=services.config.jobs.max_attempts)
+                if reaped:
+                    log.warning("re-queued jobs of a lost worker", extra={"action": "jobs.reaped", "count": reaped})
+                    services.jobs_wakeup.set()
+                    services.deliveries_wakeup.set()
+                await services.db.run(repo.purge_idempotency_keys, now)
+                expiry = await services.db.read(repo.next_lease_expiry)
+                if expiry is not None:
+                    delay = min(delay, max(0.5, (expiry - utcnow()).total_seconds() + 0.1))
+            except Exception:
+                log.exception("reaper cannot reach the database", extra={"action": "reaper.db_error"})
+                delay = min(delay, 5.0)
             await trio.sleep(delay)
     finally:
         services.running["reaper"] = False
