@@ -9,8 +9,9 @@ expired key and a disabled account stop working at once, not at expiry.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from daemon.auth import tokens
 from daemon.errors import Unauthorized
@@ -31,6 +32,8 @@ class Principal:
     credential: Credential
     session_id: str | None = None
     api_key_id: str | None = None
+    # The account row read while authenticating (users.* columns), for routes that show it.
+    user: Any = field(default=None, compare=False, repr=False)
 
     @property
     def rate_key(self) -> str:
@@ -58,7 +61,7 @@ async def authenticate(services: Services, authorization: str | None, now: dt.da
         if accounts.needs_touch(user.session_last_used_at, now):
             await services.db.run(accounts.touch_session, claims.session_id, now)
         # The account's current role, not the one in the token: a demotion applies at once.
-        return Principal(user.id, Role(user.role), Credential.ACCESS_TOKEN, session_id=claims.session_id)
+        return Principal(user.id, Role(user.role), Credential.ACCESS_TOKEN, session_id=claims.session_id, user=user)
     row = await services.db.read(accounts.active_api_key_user, tokens.token_hash(token), now)
     if row is None:
         raise Unauthorized("Invalid, revoked or expired API key")
@@ -66,4 +69,4 @@ async def authenticate(services: Services, authorization: str | None, now: dt.da
         await services.db.run(accounts.touch_api_key, row.key_id, now)
     # A key never exceeds its owner, even after the owner is demoted.
     role = Role(row.key_role) if Role(row.role).allows(Role(row.key_role)) else Role.USER
-    return Principal(row.id, role, Credential.API_KEY, api_key_id=row.key_id)
+    return Principal(row.id, role, Credential.API_KEY, api_key_id=row.key_id, user=row)

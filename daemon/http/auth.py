@@ -217,7 +217,8 @@ async def logout_all() -> Response:
 @blueprint.get("/me")
 @document_response(UserOut)
 async def me() -> dict[str, Any]:
-    user = await services().db.read(repo.get_user, current_principal().user_id)
+    p = current_principal()
+    user = p.user if p.user is not None else await services().db.read(repo.get_user, p.user_id)
     if user is None:
         raise NotFound("User not found")
     return user_json(user)

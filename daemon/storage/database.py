@@ -68,7 +68,11 @@ class Database:
             # deferred transaction that upgrades from read to write fails at once with "database is
             # locked". Readers stay deferred and, under WAL, never wait for a writer.
             readonly = conn.get_execution_options().get("docex_readonly", False)
-            conn.exec_driver_sql("BEGIN" if readonly else "BEGIN IMMEDIATE")
+            # Straight to the driver: exec_driver_sql runs SQLAlchemy's whole execution path
+            # (events, cursor result) for a statement that returns nothing.
+            driver = conn.connection.driver_connection
+            assert driver is not None
+            driver.execute("BEGIN" if readonly else "BEGIN IMMEDIATE")
 
         return engine
 

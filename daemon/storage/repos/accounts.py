@@ -58,8 +58,11 @@ def create_user(conn: Connection, *, email: str, name: str, password_hash: str, 
     return conn.execute(sa.select(users).where(users.c.id == user_id)).one()
 
 
+_GET_USER = sa.select(users).where(users.c.id == sa.bindparam("user_id"))
+
+
 def get_user(conn: Connection, user_id: str) -> Row[Any] | None:
-    return conn.execute(sa.select(users).where(users.c.id == user_id)).first()
+    return conn.execute(_GET_USER, {"user_id": user_id}).first()
 
 
 def find_user_by_email(conn: Connection, email: str) -> Row[Any] | None:
@@ -180,14 +183,19 @@ def list_sessions(conn: Connection, user_id: str, now: dt.datetime, limit: int,
     return list(conn.execute(query))
 
 
+# Built once: these run on every authenticated request, and building a select costs
+# more than SQLite takes to answer it.
+_ACTIVE_SESSION_USER = (
+    sa.select(users, sessions.c.last_used_at.label("session_last_used_at"))
+    .join(sessions, sessions.c.user_id == users.c.id)
+    .where(sessions.c.id == sa.bindparam("session_id"), sessions.c.revoked_at.is_(None),
+           sessions.c.expires_at > sa.bindparam("now"), users.c.disabled.is_(False))
+)
+
+
 def active_session_user(conn: Connection, session_id: str, now: dt.datetime) -> Row[Any] | None:
     """The enabled user behind a live session (read only: see `touch_session`)."""
-    return conn.execute(
-        sa.select(users, sessions.c.last_used_at.label("session_last_used_at"))
-        .join(sessions, sessions.c.user_id == users.c.id)
-        .where(sessions.c.id == session_id, sessions.c.revoked_at.is_(None),
-               sessions.c.expires_at > now, users.c.disabled.is_(False))
-    ).first()
+    return conn.execute(_ACTIVE_SESSION_USER, {"session_id": session_id, "now": now}).first()
 
 
 def needs_touch(last_used_at: dt.datetime | None, now: dt.datetime) -> bool:
@@ -245,14 +253,19 @@ def revoke_api_key(conn: Connection, user_id: str, key_id: str, now: dt.datetime
     return result.rowcount == 1
 
 
+_ACTIVE_API_KEY_USER = (
+    sa.select(users, api_keys.c.id.label("key_id"), api_keys.c.role.label("key_role"),
+              api_keys.c.last_used_at.label("key_last_used_at"))
+    .join(api_keys, api_keys.c.user_id == users.c.id)
+    .where(api_keys.c.key_hash == sa.bindparam("key_hash"), api_keys.c.revoked_at.is_(None),
+           sa.or_(api_keys.c.expires_at.is_(None), api_keys.c.expires_at > sa.bindparam("now")),
+           users.c.disabled.is_(False))
+)
+
+
 def active_api_key_user(conn: Connection, key_hash: str, now: dt.datetime) -> Row[Any] | None:
     """The key and its enabled owner (read only: see `touch_api_key`)."""
-    return conn.execute(
-        sa.select(users, api_keys.c.id.label("key_id"), api_keys.c.role.label("key_role"),
-                  api_keys.c.last_used_at.label("key_last_used_at"))
-        .join(api_keys, api_keys.c.user_id == users.c.id)
-        .where(api_keys.c.key_hash == key_hash, _active_key(now), users.c.disabled.is_(False))
-    ).first()
+    return conn.execute(_ACTIVE_API_KEY_USER, {"key_hash": key_hash, "now": now}).first()
 
 
 # --- admin ---------------------------------------------------------------------------
