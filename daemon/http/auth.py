@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, Literal
 
+import email_validator
 from email_validator import EmailNotValidError, validate_email
 from pydantic import BaseModel, Field, field_validator
 from quart import Blueprint, Response, request
@@ -24,6 +25,12 @@ blueprint = Blueprint("auth", __name__, url_prefix="/api/auth")
 tag_blueprint(blueprint, ["auth"])
 
 # --- request and response models -------------------------------------------------------
+
+# Self-hosted teams sign in with internal addresses such as ada@corp.local, which the
+# library refuses by default as "special-use"; the other special names stay refused.
+if "local" in email_validator.SPECIAL_USE_DOMAIN_NAMES:
+    email_validator.SPECIAL_USE_DOMAIN_NAMES.remove("local")
+
 
 def checked_email(value: str) -> str:
     value = value.strip()
