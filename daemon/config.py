@@ -448,18 +448,22 @@ def with_dev_secrets(config: Config) -> Config:
     if config.auth.jwt_access_secret and config.webhooks.encryption_key:
         return config
     path = config.data_path / SECRETS_FILE
-    stored: dict[str, str] = {}
-    if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
-    wanted = {"jwt_access_secret": secrets.token_urlsafe(48), "webhook_encryption_key": secrets.token_hex(32)}
-    if any(k not in stored for k in wanted):
-        stored = {**wanted, **stored}
+    if not path.exists():
         config.data_path.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        wanted = {"jwt_access_secret": secrets.token_urlsafe(48), "webhook_encryption_key": secrets.token_hex(32)}
+        tmp = path.with_name(f"{SECRETS_FILE}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(stored, fh)
-        os.replace(tmp, path)
+            json.dump(wanted, fh)
+        # link() fails if the file exists: of processes starting together on a fresh data
+        # directory, the first one's secrets win and every other reads those.
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    stored: dict[str, str] = json.loads(path.read_text(encoding="utf-8"))
     return dataclasses.replace(
         config,
         auth=dataclasses.replace(

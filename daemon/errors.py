@@ -25,6 +25,13 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+# The seed's spellings where Python's differ between versions (3.11: "Request Entity Too Large").
+_PHRASES = {413: "Payload Too Large"}
+
+
+def reason_phrase(status: int) -> str:
+    return _PHRASES.get(status) or HTTPStatus(status).phrase
+
 
 class DocexError(Exception):
     """Root of every error docex raises on purpose."""
@@ -53,7 +60,7 @@ class ApiError(DocexError):
     ) -> None:
         if status is not None:
             self.status = status
-        self.message: str | list[str] = message or HTTPStatus(self.status).phrase
+        self.message: str | list[str] = message or reason_phrase(self.status)
         super().__init__(self.message if isinstance(self.message, str) else "; ".join(self.message))
         self.details = details
         self.headers = headers or {}
@@ -62,7 +69,7 @@ class ApiError(DocexError):
         body: dict[str, Any] = {
             "statusCode": self.status,
             "message": self.message,
-            "error": HTTPStatus(self.status).phrase,
+            "error": reason_phrase(self.status),
         }
         if self.details is not None:
             body["details"] = self.details

@@ -15,10 +15,10 @@ from quart_trio import QuartTrio
 
 from daemon import __version__
 from daemon.auth.guard import install_guard
-from daemon.http import admin, auth, jobs, ops, schemas
+from daemon.http import admin, auth, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
+from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request
 from daemon.jobs.pool import refresh_job_gauges
-from daemon.http.requests import DocexRequest, current_request
 from daemon.services import Services
 
 access_log = logging.getLogger("daemon.http.access")
@@ -36,6 +36,7 @@ def services_of(app: Any) -> Services:
 def create_app(services: Services) -> QuartTrio:
     app = QuartTrio("docex")
     app.request_class = DocexRequest
+    app.asgi_http_class = FlowControlledHTTPConnection
     app.extensions["docex"] = services
     app.config.update(
         MAX_CONTENT_LENGTH=JSON_BODY_LIMIT_BYTES,
@@ -58,7 +59,8 @@ def create_app(services: Services) -> QuartTrio:
     _install_request_context(app, services)
     install_guard(app, services)  # after the request id, so refusals carry one too
     services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
-    for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint):
+    for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint,
+                      webhooks.blueprint):
         app.register_blueprint(blueprint)
     return app
 

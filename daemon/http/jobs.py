@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -151,7 +152,7 @@ def _request_hash(**parts: Any) -> str:
 async def _create_idempotently(
     resource_type: str,
     request_hash: str,
-    create: Callable[[Connection], str],
+    create: Callable[[Connection], tuple[str, dict[str, Any]]],
     render: Callable[[str], Awaitable[dict[str, Any]]],
     cleanup: Callable[[], Awaitable[None]],
 ) -> tuple[dict[str, Any], int, dict[str, str]]:
@@ -178,8 +179,10 @@ async def _create_idempotently(
     if key is not None and (replayed := await replay()) is not None:
         return replayed
 
-    def unit(conn: Connection) -> str:
-        resource_id = create(conn)
+    def unit(conn: Connection) -> tuple[str, dict[str, Any]]:
+        # The answer is rendered in the creating transaction: a worker may claim the job
+        # the moment it commits, and the 201 shows it as created (QUEUED).
+        resource_id, body = create(conn)
         if key is not None:
             repo.remember_idempotency_key(
                 conn,
@@ -191,17 +194,17 @@ async def _create_idempotently(
                 now=utcnow(),
                 ttl_s=services().config.jobs.idempotency_ttl_s,
             )
-        return resource_id
+        return resource_id, body
 
     try:
-        resource_id = await db.run(unit)
+        _, body = await db.run(unit)
     except IntegrityError:
         if key is None or (replayed := await replay()) is None:
             raise
         return replayed
     services().jobs_wakeup.set()
     services().deliveries_wakeup.set()
-    return await render(resource_id), 201, {}
+    return body, 201, {}
 
 
 async def _job_body(job_id: str) -> dict[str, Any]:
@@ -225,6 +228,14 @@ async def _run_body(run_id: str, *, with_jobs: bool = False) -> dict[str, Any]:
         return body
 
     return await services().db.read(load)
+
+
+def _created_job(job: Any) -> tuple[str, dict[str, Any]]:
+    return job.id, job_json(job)
+
+
+def _created_run(conn: Connection, run: Any, created: list[Any]) -> tuple[str, dict[str, Any]]:
+    return run.id, {**run_json(run, repo.run_counts(conn, run.id)), "jobs": [job_json(job) for job in created]}
 
 
 def _no_integrations(sources: list[RemoteSource]) -> BadRequest:
@@ -263,7 +274,7 @@ async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
     return await _create_idempotently(
         "job",
         request_hash,
-        lambda conn: repo.create_job(conn, user_id=user_id, schema_id=schema_id, new=new, now=utcnow()).id,
+        lambda conn: _created_job(repo.create_job(conn, user_id=user_id, schema_id=schema_id, new=new, now=utcnow())),
         _job_body,
         lambda: _forget(upload),
     )
@@ -298,9 +309,12 @@ async def get_job_file(job_id: str) -> Response:
         async for chunk in blobs.read(job.blob_key):
             yield chunk
 
-    name = (job.file_name or "document").replace('"', "")
+    name = job.file_name or "document"
+    ascii_name = name.encode("ascii", "replace").decode().replace('"', "").replace("\\", "")
     response = Response(stream(), content_type=job.mime_type or "application/octet-stream")
-    response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+    response.headers["Content-Disposition"] = (
+        f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{urllib.parse.quote(name, safe='')}"
+    )
     if job.file_size is not None:
         response.headers["Content-Length"] = str(job.file_size)
     return response
@@ -342,7 +356,8 @@ async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
 @blueprint.delete("/jobs/<job_id>")
 async def delete_job(job_id: str) -> Response:
     """Delete a job that is not RUNNING, and its file."""
-    blob_key = await services().db.run(repo.delete_job, current_principal().user_id, job_id)
+    blob_key = await services().db.run(repo.delete_job, current_principal().user_id, job_id, utcnow())
+    services().deliveries_wakeup.set()
     if blob_key:
         await services().blobs.delete(blob_key)
     return no_content()
@@ -382,7 +397,9 @@ async def create_run() -> tuple[dict[str, Any], int, dict[str, str]]:
     return await _create_idempotently(
         "job_run",
         request_hash,
-        lambda conn: repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())[0].id,
+        lambda conn: _created_run(
+            conn, *repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())
+        ),
         lambda run_id: _run_body(run_id, with_jobs=True),
         lambda: _forget(upload),
     )

@@ -107,8 +107,9 @@ async def process_job(services: Services, job: Any, owner: str) -> None:
             nursery.start_soon(_keep_lease, services, job.id, owner, nursery.cancel_scope)
             outcome = await _attempt(services, job)
             nursery.cancel_scope.cancel()
-    except trio.Cancelled:
+    except* trio.Cancelled:
         # Shutdown past the grace period: give the job back, it runs again elsewhere or later.
+        # (except*: the cancellation leaves the nursery wrapped in an exception group.)
         with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
             await services.db.run(repo.release_job, job_id=job.id, owner=owner, now=utcnow())
             log.info("job released", extra={"action": "job.released", "job_id": job.id})

@@ -15,13 +15,14 @@ def next_attempt_at(*, attempts: int, max_attempts: int, retryable: bool, now: d
                     rng: random.Random | None = None) -> dt.datetime | None:
     """The time of the next attempt after `attempts` failed ones, or None to fail the job.
 
-    Exponential backoff (initial × 2^(attempts-1), ±10 % jitter, capped), never
-    sooner than the provider's Retry-After.
+    Exponential backoff (initial × 2^(attempts-1) with ±10 % jitter, then capped), never
+    sooner than the provider's Retry-After (which may exceed the cap).
     """
     if not retryable or attempts >= max_attempts:
         return None
-    delay = min(MAX_DELAY_S, initial_delay_s * 2 ** (attempts - 1))
-    delay *= 1 + (rng or random).uniform(-0.1, 0.1)
+    # Doubling stops at the cap: 2**attempts for a huge max_attempts would overflow a float.
+    doublings = min(attempts - 1, 32)
+    delay = min(MAX_DELAY_S, initial_delay_s * 2**doublings * (1 + (rng or random).uniform(-0.1, 0.1)))
     if retry_after_s is not None:
         delay = max(delay, retry_after_s)
     return now + dt.timedelta(seconds=delay)

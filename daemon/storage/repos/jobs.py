@@ -25,6 +25,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
+from daemon.clock import utcnow
 from daemon.errors import Conflict, NotFound
 from daemon.events import record_event
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, count_key, job_json, run_json
@@ -182,14 +183,16 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     return job
 
 
-def delete_job(conn: Connection, user_id: str, job_id: str) -> str | None:
-    """Delete the job and its events' link; returns its blob key for the caller to delete."""
+def delete_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> str | None:
+    """Delete the job; returns its blob key for the caller to delete. A run it belonged to
+    counts one job less, and ends if that was its last unfinished one."""
     job = _owned(conn, user_id, job_id)
     if job.status == JobStatus.RUNNING:
         raise Conflict("A RUNNING job cannot be deleted; cancel is not possible either, wait for it to end")
     conn.execute(jobs.delete().where(jobs.c.id == job_id))
     if job.job_run_id:
         conn.execute(job_runs.update().where(job_runs.c.id == job.job_run_id).values(total=job_runs.c.total - 1))
+        _settle_run(conn, job.job_run_id, now)
     return str(job.blob_key) if job.blob_key else None
 
 
@@ -462,6 +465,9 @@ def _settle_run(conn: Connection, run_id: str, now: dt.datetime, *, force_progre
     run = conn.execute(query).first()
     if run is None:
         return
+    # Stamped after the lock: a transaction that waited for it comes later than the one it
+    # waited for, and its events must not look older.
+    now = max(now, utcnow())
     counts = run_counts(conn, run_id)
     finished = counts.get("queued", 0) + counts.get("running", 0) == 0
     if finished and run.finished_at is None:
