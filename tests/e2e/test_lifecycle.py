@@ -58,6 +58,22 @@ async def test_sighup_applies_a_new_log_level_without_a_restart(start_daemon, co
     assert d.proc.poll() is None  # the same process, never restarted
 
 
+async def test_sighup_resizes_the_worker_pool_without_a_restart(start_daemon, config_file) -> None:
+    path = config_file("[jobs]\nworkers = 2\n")
+    d = start_daemon("--config", str(path))
+    await d.wait_http_ready()
+    for workers in (5, 1, 0):
+        mark = d.mark()
+        config_file(f"[jobs]\nworkers = {workers}\n")
+        d.signal(signal.SIGHUP)
+        _, line = await d.wait_for("workers.resized", since=mark)
+        assert line["workers"] == workers, d.describe()
+    # With no workers the pool is deliberately empty, and the daemon says it is still ready.
+    r = await d.get("/api/ready")
+    assert r.status_code == 200 and r.json()["checks"]["workers"] == "ok"
+    assert d.proc.poll() is None
+
+
 async def test_sighup_turning_access_logs_off_stops_them(start_daemon, config_file) -> None:
     path = config_file("[log]\naccess = true\n")
     d = start_daemon("--config", str(path))
