@@ -52,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--email", required=True)
     create.add_argument("--name", required=True)
     create.add_argument("--admin", action="store_true", help="make the account ADMIN (default USER)")
+
+    extract = with_config(commands.add_parser(
+        "extract", help="extract one file with a schema and print the result as JSON (no daemon, no database)"))
+    extract.add_argument("file", metavar="FILE", help="the document (its type is told from its bytes)")
+    extract.add_argument("--schema", required=True, metavar="SCHEMA_JSON", help="a JSON Schema definition file")
+    extract.add_argument("--provider", choices=["rules", "openai", "anthropic"],
+                         help="override the schema's x-docex-provider and extraction.provider")
     return parser
 
 
@@ -76,6 +83,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _openapi()
     elif args.command == "users":
         _create_user(args)
+    elif args.command == "extract":
+        _extract(args)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -170,6 +179,12 @@ def _create_user(args: argparse.Namespace) -> None:
     except ApiError as exc:
         raise SystemExit(f"docex: {exc.message}") from None
     print(json.dumps({"id": user.id, "email": user.email, "name": user.name, "role": user.role}))
+
+
+def _extract(args: argparse.Namespace) -> None:
+    from daemon.extraction.command import run
+
+    raise SystemExit(run(args.file, args.schema, args.provider, _load(args)))
 
 
 if __name__ == "__main__":

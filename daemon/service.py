@@ -26,6 +26,7 @@ import trio
 
 from daemon.config import Config, hot_reload, load_config, with_dev_secrets
 from daemon.errors import ConfigError
+from daemon.extraction.pipeline import warn_if_ocr_missing
 from daemon.http.server import run_http
 from daemon.jobs.pool import run_reaper, run_workers
 from daemon.logs import set_level
@@ -59,6 +60,8 @@ async def serve(
     """Run the daemon until SIGTERM/SIGINT, then drain and return."""
     notifier = notifier or Notifier()
     config.data_path.mkdir(parents=True, exist_ok=True)
+    if role.runs_workers:
+        warn_if_ocr_missing()  # scanned documents would fail with OCR_FAILED: say so at start
     async with open_services(config, role) as services:
         if migrate:
             await trio.to_thread.run_sync(upgrade, services.db.engine)

@@ -11,7 +11,8 @@ boundary between a parser worker and the trio thread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import NamedTuple
 
 # A gap wider than this many line heights separates two cells of one line
 # (table columns, "Label      value"). A normal word space is about 0.25 em,
@@ -19,9 +20,12 @@ from dataclasses import dataclass, field
 CELL_GAP = 0.8
 
 
-@dataclass(frozen=True, slots=True)
-class Word:
-    """A run of text without a column gap; for grid formats a whole cell."""
+class Word(NamedTuple):
+    """A run of text without a column gap; for grid formats a whole cell.
+
+    A named tuple rather than a dataclass: pages hold hundreds of them and
+    building one must cost next to nothing.
+    """
 
     text: str
     x0: float
@@ -84,13 +88,16 @@ class Page:
     def relative(self, x0: float, y0: float, x1: float, y1: float) -> list[float]:
         """A box as fractions of the page, rounded for JSON: [x0, y0, x1, y1]."""
         w, h = self.width or 1.0, self.height or 1.0
-        return [round(min(max(v, 0.0), 1.0), 4) for v in (x0 / w, y0 / h, x1 / w, y1 / h)]
+        return [_fraction(x0 / w), _fraction(y0 / h), _fraction(x1 / w), _fraction(y1 / h)]
+
+
+def _fraction(value: float) -> float:
+    return 0.0 if value < 0 else 1.0 if value > 1 else round(value, 4)
 
 
 @dataclass(frozen=True, slots=True)
 class Document:
     pages: tuple[Page, ...]
-    warnings: tuple[str, ...] = field(default=())
 
     @property
     def page_count(self) -> int:
@@ -101,56 +108,82 @@ class Document:
         return "\n\f".join(page.text for page in self.pages)
 
 
-def group_lines(words: list[Word]) -> tuple[Line, ...]:
+def group_lines(words: list[Word], segments: list[list[Word]] | None = None) -> tuple[Line, ...]:
     """Lines from loose words: a word joins the line whose vertical span covers
     its middle; lines come out top to bottom, words left to right.
 
-    Also merges words into one when the gap between them is a word space, and
-    keeps them apart when it is a column gap (`CELL_GAP`), so a line's words are
-    its cells' phrases, separated by at least one line height.
+    `segments` are runs of words already known to share a line (OCR lines):
+    each joins a row as a whole, and only a row it does not overlap
+    horizontally, so two skewed lines of a scan never interleave.
+
+    Words are merged into one when the gap between them is a word space and
+    kept apart when it is a column gap (`CELL_GAP`), so a line's words are its
+    cells' phrases, separated by at least one line height.
     """
-    if not words:
+    # (middle, top, bottom, left, right, words) per unit, sorted by middle.
+    units: list[tuple[float, float, float, float, float, list[Word]]] = []
+    for w in words:
+        units.append(((w.y0 + w.y1) / 2, w.y0, w.y1, w.x0, w.x1, [w]))
+    for segment in segments or ():
+        if segment:
+            top = min(w.y0 for w in segment)
+            bottom = max(w.y1 for w in segment)
+            units.append(((top + bottom) / 2, top, bottom, min(w.x0 for w in segment),
+                          max(w.x1 for w in segment), list(segment)))
+    if not units:
         return ()
-    ordered = sorted(words, key=lambda w: (w.y0 + w.y1) / 2)
+    units.sort(key=lambda unit: unit[0])
     rows: list[list[Word]] = []
-    spans: list[tuple[float, float]] = []
-    for word in ordered:
-        mid = (word.y0 + word.y1) / 2
+    tops: list[float] = []
+    bottoms: list[float] = []
+    for mid, top, bottom, left, right, members in units:
         placed = False
-        # Only the last few rows can still hold this word: they are sorted by middle.
+        # Only the last few rows can still hold this unit: they are sorted by middle.
         for index in range(len(rows) - 1, max(len(rows) - 4, -1), -1):
-            top, bottom = spans[index]
-            if top <= mid <= bottom:
-                rows[index].append(word)
-                spans[index] = (min(top, word.y0), max(bottom, word.y1)) if word.height < 2 * (bottom - top) else (
-                    top, bottom)
-                placed = True
-                break
+            row_top, row_bottom = tops[index], bottoms[index]
+            if not row_top <= mid <= row_bottom:
+                continue
+            if len(members) > 1 and any(w.x0 < right and left < w.x1 for w in rows[index]):
+                continue
+            rows[index].extend(members)
+            if bottom - top < 2 * (row_bottom - row_top):
+                tops[index] = min(row_top, top)
+                bottoms[index] = max(row_bottom, bottom)
+            placed = True
+            break
         if not placed:
-            rows.append([word])
-            spans.append((word.y0, word.y1))
-    lines = [Line(tuple(_merge_phrases(sorted(row, key=lambda w: w.x0)))) for row in rows]
-    lines.sort(key=lambda line: (line.y0 + line.y1) / 2)
+            rows.append(members)
+            tops.append(top)
+            bottoms.append(bottom)
+    lines = [Line(_merge_phrases(sorted(row, key=_x0))) for row in rows]
+    lines.sort(key=lambda line: line.words[0].y0 + line.words[0].y1)
     return tuple(lines)
 
 
-def _merge_phrases(words: list[Word]) -> list[Word]:
-    heights = sorted(w.height for w in words)
+def _x0(word: Word) -> float:
+    return word.x0
+
+
+def _merge_phrases(words: list[Word]) -> tuple[Word, ...]:
+    if len(words) == 1:
+        return (words[0],)
+    heights = sorted(w.y1 - w.y0 for w in words)
     height = max(heights[len(heights) // 2], 1e-6)
+    column_gap = CELL_GAP * height
+    tight = 0.08 * height
     out: list[Word] = [words[0]]
     for word in words[1:]:
         last = out[-1]
         gap = word.x0 - last.x1
-        if gap < CELL_GAP * height:
-            joiner = "" if gap < 0.08 * height else " "
+        if gap < column_gap:
             out[-1] = Word(
-                last.text + joiner + word.text,
+                last.text + ("" if gap < tight else " ") + word.text,
                 last.x0, min(last.y0, word.y0), max(last.x1, word.x1), max(last.y1, word.y1),
                 min(last.conf, word.conf),
             )
         else:
             out.append(word)
-    return out
+    return tuple(out)
 
 
 # Synthetic geometry for formats without any (TXT, CSV, XLSX, DOCX, HTML): a

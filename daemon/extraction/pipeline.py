@@ -150,7 +150,7 @@ async def in_worker(fn: Callable[..., T | Failure], *args: Any) -> T:
             process died (a parser crash on hostile bytes, or out of memory).
     """
     try:
-        outcome = await trio_parallel.run_sync(fn, *args, kill_on_cancel=True)
+        outcome: T | Failure = await trio_parallel.run_sync(fn, *args, kill_on_cancel=True)
     except trio_parallel.BrokenWorkerError as exc:
         log.error("parser worker died", extra={"action": "extraction.worker_died"})
         raise PermanentJobError("PARSE_FAILED", "the parser process died while reading the document") from exc

@@ -31,7 +31,6 @@ class RulesOutcome:
     page_count: int
     result: dict[str, Any]
     fields: dict[str, Any]
-    ocr_pages: int
 
 
 def parse_document(path: str, mime_type: str, options: ParseOptions) -> Document | Failure:
@@ -61,7 +60,7 @@ def extract_with_rules(path: str, mime_type: str, options: ParseOptions,
     except Exception as exc:
         return Failure("INTERNAL_ERROR", f"the rules provider failed ({type(exc).__name__})",
                        traceback.format_exc())
-    return RulesOutcome(document.page_count, result, fields, sum(1 for p in document.pages if p.ocr))
+    return RulesOutcome(document.page_count, result, fields)
 
 
 def probe() -> str | None:

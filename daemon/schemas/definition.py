@@ -30,6 +30,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator, FormatChecker
 
+from daemon.extraction.providers.base import PROVIDER_KEYWORD, PROVIDERS
+
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 TYPES = ("string", "number", "integer", "boolean", "object", "array")
 SCALAR_TYPES = ("string", "number", "integer", "boolean")
@@ -48,7 +50,7 @@ MAX_ENUM_VALUES = 500
 MAX_RESULT_ERRORS = 100
 MAX_MESSAGE_CHARS = 300
 
-ROOT_KEYWORDS = ("$schema", "type", "title", "description", "properties", "required")
+ROOT_KEYWORDS = ("$schema", "type", "title", "description", "properties", "required", PROVIDER_KEYWORD)
 PROPERTY_KEYWORDS = ("type", "title", "description", "format", "enum", "properties", "required", "items")
 ITEM_KEYWORDS = ("type", "format", "enum", "properties", "required")
 
@@ -130,6 +132,8 @@ class _Walk:
         self.unknown_keywords(node, (), ROOT_KEYWORDS, "the root of a schema")
         if "$schema" in node and node["$schema"] != DIALECT:
             self.add(("$schema",), f"must be {DIALECT}")
+        if PROVIDER_KEYWORD in node and node[PROVIDER_KEYWORD] not in PROVIDERS:
+            self.add((PROVIDER_KEYWORD,), f"must be one of {', '.join(PROVIDERS)}")
         self.texts(node, ())
         self.members(node, (), depth=1)
 

@@ -63,10 +63,15 @@ async def alice(client: Any) -> dict[str, str]:
 # --- CRUD ------------------------------------------------------------------------------
 
 async def test_create_get_list_patch_delete(client: Any, alice: dict[str, str]) -> None:
-    created = await create(client, alice, description="Supplier invoices", webhookEndpointIds=["ep1", "ep2"])
+    endpoints = []
+    for _ in range(2):
+        r = await client.post("/api/webhooks", json={"url": "https://hooks.example.com/x", "events": ["*"]},
+                              headers=alice)
+        endpoints.append((await r.get_json())["id"])
+    created = await create(client, alice, description="Supplier invoices", webhookEndpointIds=endpoints)
     assert set(created) == SCHEMA_KEYS
     assert created["name"] == "Invoice" and created["description"] == "Supplier invoices"
-    assert created["definition"] == INVOICE and created["webhookEndpointIds"] == ["ep1", "ep2"]
+    assert created["definition"] == INVOICE and created["webhookEndpointIds"] == endpoints
     assert ISO_Z.fullmatch(created["createdAt"]) and created["updatedAt"] == created["createdAt"]
     url = f"/api/schemas/{created['id']}"
 
@@ -297,3 +302,14 @@ class TestConvertRateLimit:
         other = await client.post("/api/schema/convert", json={"fields": FIELDS},
                                   scope_base={"client": ("10.9.8.7", 40000)})
         assert other.status_code == 200
+
+
+async def test_a_schema_may_choose_its_extraction_provider(client: Any, alice: dict[str, str]) -> None:
+    headers = alice
+    definition = {"type": "object", "properties": {"total": {"type": "number"}}, "x-docex-provider": "openai"}
+    r = await client.post("/api/schemas", json={"name": "ai", "definition": definition}, headers=headers)
+    assert r.status_code == 201 and (await r.get_json())["definition"]["x-docex-provider"] == "openai"
+    definition["x-docex-provider"] = "gpt"
+    r = await client.post("/api/schemas", json={"name": "bad", "definition": definition}, headers=headers)
+    assert r.status_code == 400
+    assert (await r.get_json())["message"] == ['definition["x-docex-provider"] must be one of rules, openai, anthropic']

@@ -96,7 +96,7 @@ def test_a_full_invoice_schema_is_valid() -> None:
      "type, title, description, format, enum, properties, required, items"),
     (schema({"a": {"type": "string"}}, additionalProperties=False),
      "definition.additionalProperties is not supported: the root of a schema may only use "
-     "$schema, type, title, description, properties, required"),
+     "$schema, type, title, description, properties, required, x-docex-provider"),
     (schema({"a": {"type": "string"}}, **{"$schema": "http://json-schema.org/draft-07/schema#"}),
      "definition.$schema must be https://json-schema.org/draft/2020-12/schema"),
     (schema({"a": True}), "definition.properties.a must be an object"),

@@ -8,6 +8,7 @@ once at startup) and each job that needs OCR fails with ``OCR_FAILED``.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import warnings
 from pathlib import Path
@@ -75,13 +76,13 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
 
 
 def _ocr_page(image: Image.Image, number: int, options: ParseOptions) -> Page:
-    words = ocr_words(image, options)
+    lines = ocr_lines(image, options)
     return Page(number=number, width=float(image.width), height=float(image.height),
-                lines=group_lines(words), ocr=True)
+                lines=group_lines([], lines), ocr=True)
 
 
-def ocr_words(image: Image.Image, options: ParseOptions, *, already_sharp: bool = False) -> list[Word]:
-    """Words with boxes in `image`'s pixels.
+def ocr_lines(image: Image.Image, options: ParseOptions, *, already_sharp: bool = False) -> list[list[Word]]:
+    """Tesseract's lines of words, with boxes in `image`'s pixels.
 
     Raises:
         PermanentJobError: OCR_FAILED when tesseract is missing, fails or times out.
@@ -122,10 +123,29 @@ def ocr_words(image: Image.Image, options: ParseOptions, *, already_sharp: bool 
             text, left, top, left + float(data["width"][i]), top + float(data["height"][i]),
             max(0.0, min(1.0, conf / 100)) if conf >= 0 else 0.5,
         ))
-    words: list[Word] = []
+    lines: list[list[Word]] = []
     for row in rows.values():
         top = min(r[2] for r in row)
         bottom = max(r[4] for r in row)
-        for text, x0, _, x1, _, conf in row:
-            words.append(Word(text, x0 / scale, top / scale, x1 / scale, bottom / scale, conf))
-    return words
+        lines.append(_rejoin_numbers([Word(text, x0 / scale, top / scale, x1 / scale, bottom / scale, conf)
+                                      for text, x0, _, x1, _, conf in row]))
+    return lines
+
+
+def _rejoin_numbers(words: list[Word]) -> list[Word]:
+    """Tesseract splits an amount after its separator ("73." "00", "33," "92"): join
+    a word ending in a digit and a separator with the two digits that follow it."""
+    out: list[Word] = []
+    for word in words:
+        last = out[-1] if out else None
+        if (last is not None and _CUT_AMOUNT.search(last.text) and _CENTS.match(word.text)
+                and word.x0 - last.x1 < 1.5 * (word.y1 - word.y0)):
+            out[-1] = Word(last.text + word.text, last.x0, last.y0, word.x1, max(last.y1, word.y1),
+                           min(last.conf, word.conf))
+        else:
+            out.append(word)
+    return out
+
+
+_CUT_AMOUNT = re.compile(r"\d[.,]$")
+_CENTS = re.compile(r"^\d{2}(?!\d)")

@@ -9,13 +9,14 @@ per character.
 from __future__ import annotations
 
 import ctypes
+import math
 import re
 from pathlib import Path
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from daemon.extraction.document import Document, Page, Word, group_lines
+from daemon.extraction.document import CELL_GAP, Document, Page, Word, group_lines
 from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
 
 # Rendering resolution for OCR of pages without a text layer (tesseract's sweet spot).
@@ -72,20 +73,32 @@ def _read_page(page: pdfium.PdfPage, number: int, options: ParseOptions) -> Page
         textpage = page.get_textpage()
     except pdfium.PdfiumError as exc:
         raise corrupted("PDF", f"page {number}: {exc}") from exc
+    # pdfium's boxes are in the page's unrotated user space (the crop box);
+    # the text is read in its own direction there, whatever /Rotate says about
+    # displaying it.
     try:
-        words = _words(textpage, page.get_rotation(), width, height)
+        box = page.get_cropbox()
+    except pdfium.PdfiumError:
+        box = (0.0, 0.0, height, width) if page.get_rotation() in (90, 270) else (0.0, 0.0, width, height)
+    try:
+        words, frame = _words(textpage, box)
     finally:
         textpage.close()
     if sum(len(w.text) for w in words) >= MIN_TEXT_CHARS:
-        return Page(number=number, width=width, height=height, lines=group_lines(words))
+        return Page(number=number, width=frame[0], height=frame[1], lines=group_lines(words))
     return _ocr_page(page, number, width, height, options)
 
 
-def _words(textpage: pdfium.PdfTextPage, rotation: int, width: float, height: float) -> list[Word]:
+def _words(textpage: pdfium.PdfTextPage,
+           box: tuple[float, float, float, float]) -> tuple[list[Word], tuple[float, float]]:
+    """Phrases with boxes, y down, in the frame where the text reads left to
+    right, and that frame's size (the crop box's, turned by the text's angle)."""
     handle = textpage.raw
+    origin_x, origin_y, right_edge, top_edge = box
+    width, height = right_edge - origin_x, top_edge - origin_y
     count = pdfium_c.FPDFText_CountChars(handle)
     if count <= 0:
-        return []
+        return [], (width, height)
     buffer = ctypes.create_string_buffer(2 * (count + 1))
     written = pdfium_c.FPDFText_GetText(handle, 0, count, ctypes.cast(buffer, ctypes.POINTER(ctypes.c_ushort)))
     text = buffer.raw[: 2 * max(written - 1, 0)].decode("utf-16-le", errors="replace")
@@ -95,41 +108,86 @@ def _words(textpage: pdfium.PdfTextPage, rotation: int, width: float, height: fl
     rect = pdfium_c.FS_RECTF()
     ref = ctypes.byref(rect)
     loose_box = pdfium_c.FPDFText_GetLooseCharBox
-    words: list[Word] = []
-    append = words.append
-    # pdfium boxes are in unrotated user space with y up; the page's size is
-    # already rotated. Map each box to the displayed page, y down.
-    unrotated_h = width if rotation in (90, 270) else height
+    turn = _text_turn(handle, text)
+    if turn:
+        return _turned_words(handle, text, turn, box)
+    flip = top_edge  # pdfium's y grows upwards
+    # Words that follow each other on a baseline with no column gap are one
+    # phrase already here (pdfium gives them in reading order): fewer, larger
+    # units for the line grouping.
+    phrases: list[Word] = []
+    text_parts: list[str] = []
+    x0 = y0 = x1 = y1 = 0.0
     for match in _WORD.finditer(text):
         start, end = match.span()
         if not loose_box(handle, start, ref):
             continue
-        left, top, bottom = rect.left, rect.top, rect.bottom
+        left, top, bottom = rect.left - origin_x, rect.top, rect.bottom
         if end - 1 != start and loose_box(handle, end - 1, ref):
-            right = rect.right
-            top, bottom = max(top, rect.top), min(bottom, rect.bottom)
-        else:
-            right = rect.right
-        if rotation == 0:
-            append(Word(match.group(), left, unrotated_h - top, right, unrotated_h - bottom))
-        else:
-            append(_rotated(match.group(), left, bottom, right, top, rotation, width, height))
-    return words
+            top = max(top, rect.top)
+            bottom = min(bottom, rect.bottom)
+        right = rect.right - origin_x
+        wy0, wy1 = flip - top, flip - bottom
+        if text_parts:
+            h = y1 - y0
+            gap = left - x1
+            if -0.2 * h < gap < CELL_GAP * h and abs((wy0 + wy1) - (y0 + y1)) < 0.6 * h:
+                text_parts.append(" " if gap >= 0.08 * h else "")
+                text_parts.append(match.group())
+                x1 = max(x1, right)
+                y0, y1 = min(y0, wy0), max(y1, wy1)
+                continue
+            phrases.append(Word("".join(text_parts), x0, y0, x1, y1))
+        text_parts = [match.group()]
+        x0, y0, x1, y1 = left, wy0, right, wy1
+    if text_parts:
+        phrases.append(Word("".join(text_parts), x0, y0, x1, y1))
+    return phrases, (width, height)
 
 
-def _rotated(text: str, left: float, bottom: float, right: float, top: float, rotation: int,
-             width: float, height: float) -> Word:
-    # Displayed page (width x height) from unrotated user space, clockwise rotation.
-    if rotation == 90:
-        return Word(text, bottom, left, top, right)
-    if rotation == 180:
-        return Word(text, width - right, bottom, width - left, top)
-    # 270
-    return Word(text, width - top, height - right, width - bottom, height - left)
+def _text_turn(handle: object, text: str) -> int:
+    """The text's direction in quarter turns counterclockwise (0: left to right),
+    from the angle of a few words' first characters."""
+    votes = [0, 0, 0, 0]
+    for sampled, match in enumerate(_WORD.finditer(text)):
+        if sampled >= 12:
+            break
+        angle = pdfium_c.FPDFText_GetCharAngle(handle, match.start())
+        if angle >= 0:  # pdfium measures it clockwise
+            votes[(4 - round(math.degrees(angle) / 90)) % 4] += 1
+    return max(range(4), key=lambda turn: (votes[turn], turn == 0))
+
+
+def _turned_words(handle: object, text: str, turn: int,
+                  box: tuple[float, float, float, float]) -> tuple[list[Word], tuple[float, float]]:
+    """Words of text turned by `turn` quarter turns, in a frame where they read
+    left to right (the slow path: vertical and upside-down text is rare)."""
+    origin_x, origin_y, right_edge, top_edge = box
+    width, height = right_edge - origin_x, top_edge - origin_y
+    rect = pdfium_c.FS_RECTF()
+    ref = ctypes.byref(rect)
+    words: list[Word] = []
+    for match in _WORD.finditer(text):
+        start, end = match.span()
+        if not pdfium_c.FPDFText_GetLooseCharBox(handle, start, ref):
+            continue
+        left, right, bottom, top = rect.left, rect.right, rect.bottom, rect.top
+        if pdfium_c.FPDFText_GetLooseCharBox(handle, end - 1, ref):
+            left, right = min(left, rect.left), max(right, rect.right)
+            bottom, top = min(bottom, rect.bottom), max(top, rect.top)
+        left, right, bottom, top = left - origin_x, right - origin_x, bottom - origin_y, top - origin_y
+        if turn == 1:  # reading upwards: lines follow each other to the right
+            words.append(Word(match.group(), bottom, left, top, right))
+        elif turn == 3:  # reading downwards: lines follow each other to the left
+            words.append(Word(match.group(), height - top, width - right, height - bottom, width - left))
+        else:  # upside down: lines follow each other upwards
+            words.append(Word(match.group(), width - right, bottom, width - left, top))
+    frame = (height, width) if turn in (1, 3) else (width, height)
+    return words, frame
 
 
 def _ocr_page(page: pdfium.PdfPage, number: int, width: float, height: float, options: ParseOptions) -> Page:
-    from daemon.extraction.parsers.ocr import ocr_words
+    from daemon.extraction.parsers.ocr import ocr_lines
 
     scale = OCR_DPI / 72
     bitmap = page.render(scale=scale, grayscale=True)
@@ -137,6 +195,8 @@ def _ocr_page(page: pdfium.PdfPage, number: int, width: float, height: float, op
         image = bitmap.to_pil()
     finally:
         bitmap.close()
-    words = ocr_words(image, options, already_sharp=True)
-    words = [Word(w.text, w.x0 / scale, w.y0 / scale, w.x1 / scale, w.y1 / scale, w.conf) for w in words]
-    return Page(number=number, width=width, height=height, lines=group_lines(words), ocr=True)
+    lines = [
+        [Word(w.text, w.x0 / scale, w.y0 / scale, w.x1 / scale, w.y1 / scale, w.conf) for w in line]
+        for line in ocr_lines(image, options, already_sharp=True)
+    ]
+    return Page(number=number, width=width, height=height, lines=group_lines([], lines), ocr=True)

@@ -24,12 +24,19 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.extraction.document import Document
-from daemon.extraction.providers.rules.labels import FieldLabels, field_labels
+from daemon.extraction.providers.rules.labels import (
+    PAYMENT_CONCEPTS,
+    FieldLabels,
+    LabelIndex,
+    concept_labels,
+    field_labels,
+    word_set,
+)
 from daemon.extraction.providers.rules.layout import Layout, LineRef
 from daemon.extraction.providers.rules.values import (
     CURRENCY_SIGNS,
@@ -48,9 +55,9 @@ from daemon.extraction.providers.rules.values import (
 )
 
 # Words that may sit between a label and its value without meaning anything.
-_FILLERS = frozenset(
+_FILLERS = word_set(
     "on of du le la de des the is in at for no nr n° # : - = ( ) rm eur usd gbp $ € £ rs ttc incl inc "
-    "(rm) (eur) (usd) amount total".split()
+    "(rm) (eur) (usd) amount total"
 )
 _WORD = re.compile(r"[^\W\d_][\w'.\-/]*", re.UNICODE)
 # How far below a label its value may be, in lines.
@@ -78,44 +85,38 @@ class FieldSpec:
     name: str
     schema: dict[str, Any]
     labels: FieldLabels
+    type: str = "string"
+    format: str | None = None
+    # What to look for: date, amount, integer, boolean, email, uri, enum,
+    # currency, id, phone, party, address or text.
+    value_kind: str = "text"
 
-    @property
-    def type(self) -> str:
-        kind = self.schema.get("type", "string")
-        if isinstance(kind, list):
-            kind = next((k for k in kind if k != "null"), "string")
-        return str(kind)
 
-    @property
-    def format(self) -> str | None:
-        fmt = self.schema.get("format")
-        return str(fmt) if fmt else None
-
-    @property
-    def value_kind(self) -> str:
-        """What to look for: date, amount, integer, boolean, email, uri, enum, currency, id, party, address, text."""
-        if self.schema.get("enum"):
-            return "enum"
-        if self.type == "number":
-            return "amount"
-        if self.type == "integer":
-            return "integer"
-        if self.type == "boolean":
-            return "boolean"
-        if self.format in ("date", "date-time"):
-            return "date"
-        if self.format == "email":
-            return "email"
-        if self.format in ("uri", "url"):
-            return "uri"
-        kind = self.labels.kind
-        if kind == "amount":
-            return "text"  # a string field that holds an amount: read it as written
+def _value_kind(kind: str, fmt: str | None, schema: dict[str, Any], labels: FieldLabels) -> str:
+    if schema.get("enum"):
+        return "enum"
+    if kind == "number":
+        return "amount"
+    if kind in ("integer", "boolean"):
         return kind
+    if fmt in ("date", "date-time"):
+        return "date"
+    if fmt == "email":
+        return "email"
+    if fmt in ("uri", "url"):
+        return "uri"
+    if labels.kind == "amount":
+        return "text"  # a string field that holds an amount: read it as written
+    return labels.kind
 
 
 def field_spec(name: str, schema: dict[str, Any], *, column: bool = False) -> FieldSpec:
-    return FieldSpec(name, schema, field_labels(name, schema, column=column))
+    labels = field_labels(name, schema, column=column)
+    kind = schema.get("type", "string")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "string")
+    fmt = str(schema["format"]) if schema.get("format") else None
+    return FieldSpec(name, schema, labels, str(kind), fmt, _value_kind(str(kind), fmt, schema, labels))
 
 
 class Engine:
@@ -123,7 +124,8 @@ class Engine:
 
     def __init__(self, document: Document) -> None:
         self.layout = Layout(document)
-        self._dates: list[tuple[LineRef, Found]] | None = None
+        self._found: dict[tuple[str, str], Candidate | None] = {}
+        self._memo: dict[str, object] = {}
 
     # --- values in a piece of text ---------------------------------------------
 
@@ -154,27 +156,50 @@ class Engine:
         if not cleaned or not any(ch.isalnum() for ch in cleaned):
             return []
         start = text.index(cleaned)
-        return [Found(clean_text(cleaned), start, start + len(cleaned), 0.9)]
+        quality = 0.9
+        if kind == "party" and sum(ch.isdigit() for ch in cleaned) > sum(ch.isalpha() for ch in cleaned):
+            quality = 0.3  # a name is words, not a registration number
+        return [Found(clean_text(cleaned), start, start + len(cleaned), quality)]
 
     # --- label candidates --------------------------------------------------------
 
     def candidates(self, spec: FieldSpec) -> list[Candidate]:
         labels = spec.labels
         out: list[Candidate] = []
-        for page in self.layout.pages:
-            for ref, start, end in label_matches(labels.pattern, page.folded, page.line_at):
-                label = _label_key(ref.folded[start:end])
-                weight = labels.labels.get(label)
-                if weight is None:
-                    weight = max((w for lab, w in labels.labels.items() if _label_key(lab) == label), default=0.5)
-                if self._refused_before(ref, start, labels):
-                    continue
-                right = self._right_of(spec, ref, start, end, weight)
-                below = self._below(spec, ref, start, end, weight) if right is None or right.score < 0.9 else None
-                found = right if below is None or (right is not None and right.score >= below.score) else below
-                if found is not None:
-                    out.append(found)
+        for ref, start, end, weight in self.label_matches(labels):
+            if self._refused_before(ref, start, labels):
+                continue
+            right = self._right_of(spec, ref, start, end, weight)
+            below = self._below(spec, ref, start, end, weight) if right is None or right.score < 0.9 else None
+            found = right if below is None or (right is not None and right.score >= below.score) else below
+            if found is not None:
+                out.append(found)
         return out
+
+    def label_matches(self, labels: FieldLabels) -> Iterator[tuple[LineRef, int, int, float]]:
+        """Every label of a field in the document, as (line, start, end, weight),
+        each within one cell (a match across two cells is two other words)."""
+        for ref in self._lines_with(labels.index):
+
+            def one_cell(start: int, end: int, _: Any, ref: LineRef = ref) -> bool:
+                return ref.cell_at(start) == ref.cell_at(end - 1)
+
+            ocr = self.layout.pages[ref.page].page.ocr
+            for start, end, _, weight, exact in labels.index.find(ref.folded, ref.tokens, one_cell, fuzzy=ocr):
+                yield ref, start, end, weight if exact else 0.9 * weight
+
+    def _lines_with(self, index: LabelIndex) -> list[LineRef]:
+        """The lines that may hold one of the index's labels, in document order
+        (every line of an OCR page: a misread first word may still match)."""
+        word_lines = self.layout.word_lines
+        hit: dict[int, LineRef] = {}
+        for word in index.by_first:
+            for ref in word_lines.get(word, ()):
+                hit[ref.order] = ref
+        for ref in self.layout.lines():
+            if ref.tokens and self.layout.pages[ref.page].page.ocr:
+                hit[ref.order] = ref
+        return [hit[order] for order in sorted(hit)]
 
     def _refused_before(self, ref: LineRef, start: int, labels: FieldLabels) -> bool:
         """Qualifiers in the label's cell before the label ("Sub total", "Due date")."""
@@ -185,10 +210,10 @@ class Engine:
             return False
         return any(w in labels.negatives for w in before)
 
-    def _gap_factor(self, gap: str, labels: FieldLabels) -> float | None:
+    def _gap_factor(self, gap: str, labels: FieldLabels, label: str = "") -> float | None:
         """None when the words between label and value refuse the label, else a factor."""
         words = _words(gap)
-        if labels.positives and any(w in labels.positives for w in words):
+        if labels.positives and any(w in labels.positives for w in words + _words(label)):
             words = [w for w in words if w not in labels.negatives]
         if any(w in labels.negatives for w in words):
             return None
@@ -207,11 +232,13 @@ class Engine:
         for index in range(ref.cell_at(end) + 1 if end < cell_end else cell + 1, cells):
             segments.append(ref.cell_span(index))
         if kind in ("amount", "integer"):
-            return self._amount_right(spec, ref, end, segments, weight)
+            return self._amount_right(spec, ref, start, end, segments, weight)
         for number, (s, e) in enumerate(segments[:3]):
             chunk = ref.text[s:e]
             if not chunk.strip(" :.#-–|"):
                 continue
+            if number == 0 and chunk.rstrip().endswith(":") and len(segments) > 1:
+                continue  # "Vendor Address:": the cell is one longer label, its words qualify this one
             values = self.values_in(spec, chunk)
             if kind == "date":
                 values = [v for v in values if self._date_context_ok(spec, ref, s + v.start)]
@@ -220,14 +247,14 @@ class Engine:
                     return None  # the next cell says something else: not this label's value
                 continue
             value = values[0]
-            factor = self._gap_factor(ref.folded[end : s + value.start], spec.labels)
+            factor = self._gap_factor(ref.folded[end : s + value.start], spec.labels, ref.folded[start:end])
             if factor is None:
                 return None
             position = 1.0 if number == 0 else 0.95 - 0.05 * (number - 1)
             return self._candidate(spec, ref, s + value.start, s + value.end, value, weight * position * factor)
         return None
 
-    def _amount_right(self, spec: FieldSpec, ref: LineRef, end: int, segments: list[tuple[int, int]],
+    def _amount_right(self, spec: FieldSpec, ref: LineRef, start: int, end: int, segments: list[tuple[int, int]],
                       weight: float) -> Candidate | None:
         values: list[tuple[int, Found]] = []
         dates = [(d.start, d.end) for d in find_dates(ref.text, self.layout.date_order)]
@@ -243,17 +270,22 @@ class Engine:
             values.extend((s, f) for f in found)
         if not values:
             return None
-        # In a row of amounts after a total label, the last column is the total.
-        s, value = values[-1] if spec.labels.last else values[0]
         gap_end = values[0][0] + values[0][1].start
-        factor = self._gap_factor(_strip_spans(ref.folded, end, gap_end, dates), spec.labels)
+        factor = self._gap_factor(_strip_spans(ref.folded, end, gap_end, dates), spec.labels, ref.folded[start:end])
         if factor is None:
             return None
+        if spec.labels.concept == "total" and len(values) > 1:
+            # A row of amounts after a total label (net, tax, gross): the gross is the
+            # largest. Such a row is a table's, a little less sure than a total alone.
+            s, value = max(values, key=lambda item: float(item[1].value))
+            factor *= 0.93
+        else:
+            s, value = values[-1] if spec.labels.last else values[0]
         return self._candidate(spec, ref, s + value.start, s + value.end, value, weight * factor)
 
     def _below(self, spec: FieldSpec, ref: LineRef, start: int, end: int, weight: float) -> Candidate | None:
         cell = ref.cell_at(start)
-        cell_start, cell_end = ref.cell_span(cell)
+        _, cell_end = ref.cell_span(cell)
         rest = ref.text[end:cell_end].strip(" :.#-–|")
         word = ref.line.words[cell]
         if rest and _words(fold(rest)):
@@ -328,18 +360,80 @@ class Engine:
         return close[-1] if spec.labels.last else close[0]
 
     def find(self, spec: FieldSpec) -> Candidate | None:
+        key = (spec.name, repr(sorted(spec.schema.items())))
+        if key not in self._found:
+            self._found[key] = self._find(spec)
+        return self._found[key]
+
+    def _find(self, spec: FieldSpec) -> Candidate | None:
         kind = spec.value_kind
         if kind == "currency":
             return self.currency(spec)
-        chosen = self.choose(spec, self.candidates(spec))
-        if chosen is not None and chosen.score >= 0.35:
+        candidates = self.candidates(spec)
+        if kind == "amount" and spec.labels.concept == "total":
+            candidates = self._check_totals(spec, candidates)
+        chosen = self.choose(spec, candidates)
+        # A name or an address after a weak label is less likely than the usual place.
+        enough = 0.8 if kind in ("party", "address") else 0.35
+        if chosen is not None and chosen.score >= enough:
             return chosen
         fallback = self.fallback(spec)
         if chosen is None:
             return fallback
-        if fallback is not None and fallback.score > chosen.score:
+        if fallback is not None and (fallback.score > chosen.score or kind in ("party", "address")):
             return fallback
         return chosen
+
+    def _check_totals(self, spec: FieldSpec, candidates: list[Candidate]) -> list[Candidate]:
+        """Totals that agree with the payment (tendered - change) win; totals
+        in a tax summary table (below "GST SUMMARY", "VAT analysis") lose."""
+        summaries = self._summary_lines()
+        for candidate in candidates:
+            if any(ref.page == candidate.ref.page and ref.index < candidate.ref.index for ref in summaries):
+                candidate.score *= 0.5
+        paid = self.payment()
+        if paid is None:
+            return candidates
+        agreeing = [c for c in candidates if abs(float(c.value) - paid) < 0.005]
+        for candidate in agreeing:
+            candidate.score = min(candidate.score + 0.3, 1.2)
+        if not agreeing:
+            # Two readings (tendered, change) agree with each other better than a
+            # misread total: the amount paid, where it is written, else as computed.
+            for ref in self.layout.lines():
+                for value in find_amounts(ref.text, self.layout.decimal):
+                    if abs(float(value.value) - paid) < 0.005:
+                        candidates.append(self._candidate(spec, ref, value.start, value.end, value, 0.75))
+                        return candidates
+            change = self._memo["change"]
+            if isinstance(change, Candidate):
+                candidates.append(Candidate(paid, 0.6, change.ref, change.start, change.end, change.text))
+        return candidates
+
+    def payment(self) -> float | None:
+        """What was paid according to the receipt: the amount tendered minus the change."""
+        if "payment" not in self._memo:
+            tendered = self.choose(_TENDERED, self.candidates(_TENDERED))
+            change = self.choose(_CHANGE, self.candidates(_CHANGE))
+            paid = None
+            if (tendered is not None and change is not None and tendered.ref.order < change.ref.order
+                    and _CENTS.search(tendered.text) and _CENTS.search(change.text)):
+                given, back = float(tendered.value), float(change.value)
+                if given > 0 and 0 <= back < given:
+                    paid = round(given - back, 2)
+            self._memo["payment"] = paid
+            self._memo["change"] = change
+        value = self._memo["payment"]
+        return value if isinstance(value, float) else None
+
+    def _summary_lines(self) -> list[LineRef]:
+        if "summaries" not in self._memo:
+            self._memo["summaries"] = [
+                ref for ref in self.layout.lines()
+                if any(t[2] in _SUMMARY for t in ref.tokens) and any(t[2] in _TAX_WORDS for t in ref.tokens)
+            ]
+        found = self._memo["summaries"]
+        return found if isinstance(found, list) else []
 
     # --- fallbacks -------------------------------------------------------------------
 
@@ -366,11 +460,15 @@ class Engine:
         return None
 
     def _first_date(self, spec: FieldSpec) -> Candidate | None:
+        best: Candidate | None = None
         for ref in self.layout.lines():
             for value in find_dates(ref.text, self.layout.date_order):
                 if self._date_context_ok(spec, ref, value.start):
-                    return self._candidate(spec, ref, value.start, value.end, value, 0.4)
-        return None
+                    candidate = self._candidate(spec, ref, value.start, value.end, value, 0.4)
+                    if value.quality >= 0.9:
+                        return candidate
+                    best = best or candidate
+        return best
 
     def _largest_amount(self, spec: FieldSpec) -> Candidate | None:
         best: Candidate | None = None
@@ -431,7 +529,8 @@ class Engine:
                 if nested:
                     result[name] = nested
             elif kind == "array":
-                items = sub.get("items") if isinstance(sub.get("items"), dict) else {}
+                raw_items = sub.get("items")
+                items: dict[str, Any] = raw_items if isinstance(raw_items, dict) else {}
                 if items.get("type") == "object" or "properties" in items:
                     rows = read_table(self, name, sub, items, path, evidence)
                     if rows:
@@ -513,6 +612,16 @@ class Engine:
         }
 
 
+_TENDERED = FieldSpec("tendered", {"type": "number"}, concept_labels(PAYMENT_CONCEPTS["tendered"]), "number", None,
+                      "amount")
+_CHANGE = FieldSpec("change", {"type": "number"}, concept_labels(PAYMENT_CONCEPTS["change"]), "number", None,
+                    "amount")
+_CENTS = re.compile(r"\d[.,]\d{2}(?!\d)")
+_SUMMARY = word_set("summary sunmary summery analysis breakdown recap recapitulatif overzicht specificatie "
+                    "ubersicht aufstellung podsumowanie resumen riepilogo")
+_TAX_WORDS = word_set("tax gst vat tva btw mwst ust iva sst")
+
+
 def extract_rules(document: Document, definition: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The `rules` provider on a parsed document: (result, resultMeta.fields)."""
     return Engine(document).extract(definition)
@@ -529,24 +638,6 @@ _PHONE = re.compile(r"(?<![\w])\+?\(?\d[\d ()./\-]{6,}\d(?![\w])")
 _PHONE_LINE = re.compile(r"(?<![a-z])(?:tel|phone|fax|hp|mobile|telefon)\b")
 
 
-def label_matches(pattern: re.Pattern[str], folded: str,
-                  line_at: Callable[[int], LineRef]) -> Iterator[tuple[LineRef, int, int]]:
-    """Matches of `pattern` in a page's folded text as (line, start, end) within
-    one cell: a match across two cells or lines is retried one character on."""
-    position = 0
-    while (match := pattern.search(folded, position)) is not None:
-        ref = line_at(match.start())
-        start, end = match.start() - ref.start, match.end() - ref.start
-        if end <= start:
-            position = match.start() + 1
-            continue
-        if end > len(ref.text) or ref.cell_at(start) != ref.cell_at(end - 1):
-            position = match.start() + 1
-            continue
-        yield ref, start, end
-        position = match.end()
-
-
 def find_currencies(text: str) -> list[Found]:
     out = []
     for m in _CURRENCY_TOKEN.finditer(text):
@@ -559,10 +650,6 @@ def find_currencies(text: str) -> list[Found]:
 
 def _words(text: str) -> list[str]:
     return [w.strip(".-/'") or w for w in _WORD.findall(text)]
-
-
-def _label_key(text: str) -> str:
-    return " ".join(re.split(r"[\s.:_\-]+", text)).strip()
 
 
 def _strip_spans(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> str:

@@ -9,7 +9,7 @@ the invoice date), the kind of value it expects and which occurrence wins
 when several labels tie (the last total of a receipt, the first date).
 
 All matching is on `fold`-ed text (lower case, no accents). Pure data and
-pure functions; compiled patterns are cached per field.
+pure functions; each field's labels are indexed once per process.
 """
 
 from __future__ import annotations
@@ -39,6 +39,11 @@ class Concept:
     excluded_by: tuple[str, ...] = ()
 
 
+def word_set(text: str) -> frozenset[str]:
+    """Words written as one space-separated string (easier to read and extend than a list)."""
+    return frozenset(text.split())
+
+
 def _labels(strong: str, medium: str = "", weak: str = "") -> dict[str, float]:
     out: dict[str, float] = {}
     for text, weight in ((strong, 1.0), (medium, 0.85), (weak, 0.6)):
@@ -49,12 +54,11 @@ def _labels(strong: str, medium: str = "", weak: str = "") -> dict[str, float]:
     return out
 
 
-_TAX_WORDS = frozenset(
-    "tax taxes vat tva btw mwst ust iva gst sst hst pst igst cgst sgst tps tvq moms alv dph ppn".split()
-)
-_EXCLUSIVE = frozenset(
+_TAX_WORDS = word_set("tax taxes vat tva btw mwst ust iva gst sst hst pst igst cgst sgst tps tvq moms alv dph "
+                      "ppn")
+_EXCLUSIVE = word_set(
     "ht sub subtotal excl excl. exclusive excluding exclusief exkl exkl. zonder ohne hors netto nett0 "
-    "before untaxed pre-tax pretax netto-betrag".split()
+    "before untaxed pre-tax pretax netto-betrag"
 )
 
 CONCEPTS: tuple[Concept, ...] = (
@@ -70,15 +74,16 @@ CONCEPTS: tuple[Concept, ...] = (
             "n° facture|rechnungsnr|rechnungsnummer|rechnung nr|rechnungs-nr|factuurnummer|factuurnr|"
             "factuur nr|faktura nr|faktura vat nr|numer faktury|nr faktury|numero de factura|factura n°|"
             "factura no|n° factura|fattura n|numero fattura|nota fiscal|documento n°",
-            "invoice|factuur|facture|rechnung|faktura|factura|fattura|document no|document number|doc no|document #|bill #|cash bill no|receipt|reference no|"
-            "reference number|ref no|belegnummer|beleg nr|numero|nummer|#",
+            "invoice|factuur|facture|rechnung|faktura|factura|fattura|document no|document number|doc no|"
+            "document #|bill #|cash bill no|receipt|reference no|reference number|ref no|belegnummer|beleg nr|"
+            "numero|nummer|#",
             "reference|ref|booking id|booking no|booking reference|order id|order no|order number|"
             "transaction id|trans no|ticket no|no",
         ),
-        negatives=_TAX_WORDS | frozenset(
-            "date datum data fecha date: due account customer client kunden klant id-nr ust-id phone tel "
-            "fax order po purchase iban swift bic page seite pagina total amount montant bedrag betrag kvk "
-            "siret siren contract period to from address".split()
+        negatives=_TAX_WORDS | word_set(
+            "date datum data fecha date: due account customer client kunden klant id-nr ust-id phone tel fax "
+            "order po purchase iban swift bic page seite pagina total amount montant bedrag betrag kvk siret "
+            "siren contract period to from address"
         ),
         kind="id",
     ),
@@ -110,11 +115,11 @@ CONCEPTS: tuple[Concept, ...] = (
             "date/time|date & time|date time",
             "du|le|on",
         ),
-        negatives=frozenset(
+        negatives=word_set(
             "due limite echeance vervaldatum vervaldag fallig falligkeit zahlungsziel delivery livraison "
             "lieferdatum leverdatum ship shipping order orderdatum bestelldatum commande check-in check-out "
-            "check in out arrival departure expiry expiration valid birth start end from to period "
-            "payment paiement betaling prelevement reglement print printed sepa mandate".split()
+            "check in out arrival departure expiry expiration valid birth start end from to period payment "
+            "paiement betaling prelevement reglement print printed sepa mandate"
         ),
         kind="date",
     ),
@@ -139,7 +144,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "tax|vat|tva|btw|mwst|ust|gst|sst|sales tax|tax amount|vat amount|total tax|total vat|"
             "montant tva|btw bedrag|umsatzsteuer|mehrwertsteuer|kwota vat|iva",
         ),
-        negatives=frozenset("id no number nr reg registration rate % incl excl base tin".split()),
+        negatives=word_set("id no number nr reg registration rate % incl excl base tin"),
         kind="amount",
         last=True,
     ),
@@ -160,18 +165,14 @@ CONCEPTS: tuple[Concept, ...] = (
             "total facture|total",
             "amount|total eur|total usd|razem|suma|betrag|bedrag|montant|importe|total paid|amount paid|"
             "paid|balance|net amount due",
-            "cash|payment|tendered",
         ),
-        negatives=_TAX_WORDS | _EXCLUSIVE | frozenset(
+        negatives=_TAX_WORDS | _EXCLUSIVE | word_set(
             "qty quantity quantities items item article articles pieces pcs count savings saving discount "
             "discounts rabatt korting remise descuento change rounding adj adjustment tip deposit weight "
-            "points point units unit price per hours pages before previous credit credits "
-            "number no invoices".split()
+            "points point units unit price per hours pages before previous credit credits number no invoices"
         ),
-        positives=frozenset(
-            "incl incl. inclusive including inc inkl inkl. inclus inclusief incluido ttc brutto gross "
-            "with".split()
-        ),
+        positives=word_set("incl incl. inclusive including inc inkl inkl. inclus inclusief incluido ttc brutto gross "
+                           "with"),
         kind="amount",
         last=True,
     ),
@@ -188,11 +189,13 @@ CONCEPTS: tuple[Concept, ...] = (
         excluded_by=("customer", "buyer", "bill to", "ship to", "recipient", "client", "address", "email",
                      "phone", "vat", "tax id", "number", "registration"),
         labels=_labels(
-            "vendor|seller|supplier|merchant|sold by|issued by|company|company name|business name|"
-            "sprzedawca|verkaufer|lieferant|fournisseur|vendeur|leverancier|verkoper|proveedor|fornitore|"
+            "vendor|seller|supplier|merchant|sold by|issued by|company name|business name|"
+            "sprzedawca|verkaufer|lieferant|fournisseur|vendeur|leverancier|verkoper|proveedor|fornitore",
+            "company",
             "store|shop|from",
         ),
-        negatives=frozenset("address adresse no number id vat tax phone tel email".split()),
+        negatives=word_set("address adresse no number id vat tax phone tel email reg registration co roc gst "
+                           "ssm"),
         kind="party",
     ),
     Concept(
@@ -203,7 +206,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "bill to|billed to|sold to|invoice to|customer|client|buyer|recipient|nabywca|kunde|klant|"
             "acheteur|destinataire|cliente|customer name|guest name",
         ),
-        negatives=frozenset("no number id nr vat tax".split()),
+        negatives=word_set("no number id nr vat tax"),
         kind="party",
     ),
     Concept(
@@ -213,7 +216,7 @@ CONCEPTS: tuple[Concept, ...] = (
         labels=_labels(
             "address|adresse|adres|anschrift|direccion|indirizzo|endereco|alamat|location",
         ),
-        negatives=frozenset("email e-mail mail web ip".split()),
+        negatives=word_set("email e-mail mail web ip"),
         kind="address",
     ),
     Concept(
@@ -233,7 +236,7 @@ CONCEPTS: tuple[Concept, ...] = (
         triggers=("order number", "order no", "order id", "po number", "purchase order", "po"),
         labels=_labels("order number|order no|order id|order #|po number|po no|p.o. number|purchase order|"
                        "ordernummer|bestellnummer|numero de commande|commande n°|ordernr", "po|order"),
-        negatives=frozenset("date datum".split()),
+        negatives=word_set("date datum"),
         kind="id",
     ),
     Concept(
@@ -243,6 +246,33 @@ CONCEPTS: tuple[Concept, ...] = (
         kind="id",
     ),
 )
+
+# What a receipt says was handed over and given back: tendered - change = total.
+PAYMENT_CONCEPTS: dict[str, Concept] = {
+    "tendered": Concept(
+        "tendered", triggers=(),
+        labels=_labels("cash|cash tendered|tendered|amount tendered|cash received|amount received|received|"
+                       "tunai|payment|paid|amount paid|visa|mastercard|master|card|credit card|debit card|"
+                       "espece|especes|bar|contant|gotowka|efectivo"),
+        negatives=word_set("bill change no number refund"),
+        kind="amount",
+    ),
+    "change": Concept(
+        "change", triggers=(),
+        labels=_labels("change|change due|cash change|kembalian|baki|rendu|monnaie rendue|wisselgeld|"
+                       "ruckgeld|reszta|cambio|vuelto|resto"),
+        negatives=word_set("exchange exchangeable"),
+        kind="amount",
+        last=True,
+    ),
+}
+
+
+def concept_labels(concept: Concept) -> FieldLabels:
+    return FieldLabels(labels=dict(concept.labels), index=LabelIndex(concept.labels),
+                       negatives=concept.negatives, positives=concept.positives, kind=concept.kind,
+                       last=concept.last, concept=concept.name, concepts=(concept.name,))
+
 
 # Columns of a table (arrays of objects), found in header rows.
 COLUMN_CONCEPTS: tuple[Concept, ...] = (
@@ -316,7 +346,7 @@ class FieldLabels:
     """Everything the engine needs to look for one field."""
 
     labels: dict[str, float]
-    pattern: re.Pattern[str]  # alternation of all labels, longest first
+    index: LabelIndex
     negatives: frozenset[str] = frozenset()
     positives: frozenset[str] = frozenset()
     kind: str = "text"
@@ -367,17 +397,115 @@ def _description_labels(description: str) -> list[str]:
     return out
 
 
-def compile_labels(labels: dict[str, float]) -> re.Pattern[str]:
-    alternatives = []
-    for label in sorted(labels, key=len, reverse=True):
-        parts = [re.escape(p) for p in re.split(r"[\s_]+", label) if p]
-        if not parts:
-            continue
-        body = r"[ \t.:_\-]*".join(parts)
-        start = r"(?<![a-z0-9_])" if label[0].isalnum() else ""
-        end = r"(?![a-z0-9_])" if label[-1].isalnum() else ""
-        alternatives.append(start + body + end)
-    return re.compile("|".join(alternatives) if alternatives else r"(?!x)x")
+# Words of labels and of page text alike: runs of letters and digits, and the
+# signs that stand for a word ("#", "n°", "%").
+TOKEN = re.compile(r"\w+|[#°№%&@]")
+# What may separate the words of a label in the text ("Invoice-No.:", "Total (RM)").
+_SEPARATOR = re.compile(r"[ \t.:_\-()/']*")
+
+Token = tuple[int, int, str]  # start, end, folded text
+
+
+def tokens(folded: str) -> tuple[Token, ...]:
+    return tuple((m.start(), m.end(), m.group()) for m in TOKEN.finditer(folded))
+
+
+class LabelIndex:
+    """Labels as word sequences, indexed by their first word: finding every
+    label of a field in a line costs a dictionary lookup per word of the line,
+    however many labels the field has."""
+
+    def __init__(self, labels: dict[str, Any]) -> None:
+        # first word -> [(words, label, value)], longest first
+        self.by_first: dict[str, list[tuple[tuple[str, ...], str, Any]]] = {}
+        for label, value in labels.items():
+            words = tuple(t for _, _, t in tokens(label))
+            if words:
+                self.by_first.setdefault(words[0], []).append((words, label, value))
+        for entries in self.by_first.values():
+            entries.sort(key=lambda entry: -len(entry[0]))
+        self._deletions: dict[str, list[tuple[tuple[str, ...], str, Any]]] | None = None
+
+    def find(self, folded: str, toks: tuple[Token, ...], accept: Any = None,
+             fuzzy: bool = False) -> list[tuple[int, int, str, Any, bool]]:
+        """Non-overlapping label matches in a line as (start, end, label, value,
+        exact), longest first at each word; `accept(start, end, value)` may
+        refuse one (then a shorter label at the same word is tried).
+
+        With `fuzzy` (text read by OCR), a word of five letters or more also
+        matches with one letter missing, added or wrong ("Tota", "Tptal");
+        such a match is not `exact`.
+        """
+        out: list[tuple[int, int, str, Any, bool]] = []
+        index, count = 0, len(toks)
+        by_first = self.by_first
+        while index < count:
+            token = toks[index][2]
+            entries = by_first.get(token, [])
+            if fuzzy and len(token) >= 4:
+                entries = entries + self._near(token)
+            matched = 0
+            for words, label, value in entries:
+                n = len(words)
+                if index + n > count:
+                    continue
+                exact = words[0] == token
+                ok = True
+                for k in range(1, n):
+                    word = toks[index + k][2]
+                    if word != words[k]:
+                        if not (fuzzy and _one_edit(word, words[k])):
+                            ok = False
+                            break
+                        exact = False
+                    if not _SEPARATOR.fullmatch(folded, toks[index + k - 1][1], toks[index + k][0]):
+                        ok = False
+                        break
+                if not ok:
+                    continue
+                start, end = toks[index][0], toks[index + n - 1][1]
+                if accept is not None and not accept(start, end, value):
+                    continue
+                out.append((start, end, label, value, exact))
+                matched = n
+                break
+            index += matched or 1
+        return out
+
+    def _near(self, token: str) -> list[tuple[tuple[str, ...], str, Any]]:
+        if self._deletions is None:
+            self._deletions = {}
+            for first, entries in self.by_first.items():
+                if len(first) >= 5:
+                    for variant in _deletions(first):
+                        self._deletions.setdefault(variant, []).extend(entries)
+        near: list[tuple[tuple[str, ...], str, Any]] = []
+        near += self._deletions.get(token, [])  # a letter lost
+        for variant in _deletions(token):
+            near += self.by_first.get(variant, [])  # a letter added
+            near += self._deletions.get(variant, [])  # a letter misread
+        seen: set[int] = set()
+        unique = []
+        for entry in near:
+            if id(entry) not in seen and len(entry[0][0]) >= 5 and entry[0][0] != token:
+                seen.add(id(entry))
+                unique.append(entry)
+        unique.sort(key=lambda entry: -len(entry[0]))
+        return unique
+
+
+def _deletions(word: str) -> set[str]:
+    return {word[:i] + word[i + 1 :] for i in range(len(word))}
+
+
+def _one_edit(a: str, b: str) -> bool:
+    """Whether two words of five letters or more differ by one letter at most."""
+    if min(len(a), len(b)) < 4 or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b, strict=True)) <= 1
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    return short in _deletions(long)
 
 
 @functools.lru_cache(maxsize=512)
@@ -401,7 +529,7 @@ def _field_labels(name: str, title: str, description: str, columns: bool) -> Fie
             del labels[label]
     return FieldLabels(
         labels=labels,
-        pattern=compile_labels(labels),
+        index=LabelIndex(labels),
         negatives=concept.negatives if concept else frozenset(),
         positives=concept.positives if concept else frozenset(),
         kind=concept.kind if concept else "text",

@@ -5,9 +5,11 @@ separator, day-first or month-first dates)."""
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass
 
 from daemon.extraction.document import Document, Line, Page, Word
+from daemon.extraction.providers.rules.labels import Token, tokens
 from daemon.extraction.providers.rules.values import DateOrder, decimal_hint, fold, numeric_date_orders
 
 
@@ -21,6 +23,7 @@ class LineRef:
     folded: str
     starts: tuple[int, ...]  # offset of each cell in `text`
     start: int  # offset of the line in its page's text
+    tokens: tuple[Token, ...] = ()  # words of `folded` (see labels.TOKEN)
 
     def cell_at(self, offset: int) -> int:
         """Index of the cell holding character `offset` (a space belongs to the cell after it)."""
@@ -41,6 +44,15 @@ class LineRef:
     def box(self, start: int, end: int) -> tuple[float, float, float, float]:
         """The box of characters [start, end) of the line."""
         first, last = self.cell_at(start), self.cell_at(max(start, end - 1))
+        if first == last:  # the usual case, without interpolating twice
+            word = self.line.words[first]
+            cell_start = self.starts[first]
+            length = max(len(word.text), 1)
+            if start <= cell_start and end >= cell_start + length:
+                return word.x0, word.y0, word.x1, word.y1
+            per_char = (word.x1 - word.x0) / length
+            return (word.x0 + per_char * max(start - cell_start, 0), word.y0,
+                    word.x0 + per_char * min(max(end - cell_start, 0), length), word.y1)
         words = self.line.words[first : last + 1]
         return (self.x_of(start), min(w.y0 for w in words), self.x_of(end) if end > start else self.x_of(start),
                 max(w.y1 for w in words))
@@ -71,7 +83,6 @@ class Layout:
         order = 0
         for page_index, page in enumerate(document.pages):
             refs: list[LineRef] = []
-            parts: list[str] = []
             offset = 0
             for line_index, line in enumerate(page.lines):
                 starts = []
@@ -80,19 +91,21 @@ class Layout:
                     starts.append(cell_offset)
                     cell_offset += len(word.text) + 1
                 text = " ".join(w.text for w in line.words)
-                refs.append(LineRef(page_index, line_index, order, line, text, "", tuple(starts), offset))
-                parts.append(text)
+                folded = fold(text)
+                refs.append(LineRef(page_index, line_index, order, line, text, folded, tuple(starts), offset,
+                                    tokens(folded)))
                 offset += len(text) + 1
                 order += 1
-            text = "\n".join(parts)
-            folded = fold(text)
-            refs = [
-                LineRef(r.page, r.index, r.order, r.line, r.text, folded[r.start : r.start + len(r.text)],
-                        r.starts, r.start)
-                for r in refs
-            ]
-            self.pages.append(PageText(page, text, folded, refs, [r.start for r in refs]))
+            text = "\n".join(r.text for r in refs)
+            self.pages.append(PageText(page, text, "\n".join(r.folded for r in refs), refs, [r.start for r in refs]))
         self.line_count = order
+        # Which lines hold each word: label search visits only lines that hold a label's first word.
+        self.word_lines: dict[str, list[LineRef]] = {}
+        for page_text in self.pages:
+            for ref in page_text.lines:
+                for token in {t[2] for t in ref.tokens}:
+                    self.word_lines.setdefault(token, []).append(ref)
+        self._lines = [ref for page in self.pages for ref in page.lines]
         whole = "\n".join(p.text for p in self.pages)
         self.decimal = decimal_hint(whole)
         dmy, mdy = numeric_date_orders(whole)
@@ -101,12 +114,14 @@ class Layout:
         elif dmy > mdy:
             self.date_order = DateOrder.DMY
         else:
-            # Undecided by the dates themselves: month-first only where dollars are the currency.
-            self.date_order = DateOrder.MDY if ("$" in whole and "€" not in whole and "£" not in whole) else (
-                DateOrder.DMY)
+            # Undecided by the dates themselves: month-first only where dollars are
+            # clearly the currency (a stray "$" in OCR noise is not enough).
+            dollars = len(re.findall(r"\$\s?\d|\bUSD\b", whole))
+            others = len(re.findall(r"[€£]|\b(?:EUR|GBP|RM|MYR|INR|Rs)\b", whole))
+            self.date_order = DateOrder.MDY if dollars >= 2 and dollars > others else DateOrder.DMY
 
     def lines(self) -> list[LineRef]:
-        return [ref for page in self.pages for ref in page.lines]
+        return self._lines
 
     def below(self, ref: LineRef, count: int) -> list[LineRef]:
         """Up to `count` lines after `ref` on its page."""

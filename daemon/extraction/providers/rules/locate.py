@@ -14,7 +14,7 @@ from typing import Any
 
 from daemon.extraction.document import Document
 from daemon.extraction.providers.rules.layout import Layout, LineRef
-from daemon.extraction.providers.rules.values import find_amounts, find_dates, fold
+from daemon.extraction.providers.rules.values import DateOrder, find_amounts, find_dates, fold
 
 FOUND = 0.9
 NOT_FOUND = 0.5
@@ -71,10 +71,11 @@ def _find(layout: Layout, lines: list[LineRef], value: Any) -> tuple[LineRef, in
         return None
     day = _as_date(text)
     if day is not None:
-        for ref in lines:
-            for found in find_dates(ref.text, layout.date_order):
-                if found.value == day:
-                    return ref, found.start, found.end
+        for order in (layout.date_order, *(o for o in DateOrder if o is not layout.date_order)):
+            for ref in lines:
+                for found in find_dates(ref.text, order):
+                    if found.value == day:
+                        return ref, found.start, found.end
     needle = " ".join(fold(text).split())
     for ref in lines:
         at = ref.folded.find(needle)

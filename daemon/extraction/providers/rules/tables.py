@@ -12,11 +12,11 @@ continues it.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from daemon.extraction.providers.rules.labels import LabelIndex
 from daemon.extraction.providers.rules.layout import LineRef
 
 if TYPE_CHECKING:
@@ -54,15 +54,17 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
     if len(specs) < 1:
         return []
     rows: list[Row] = []
+    titles = header_index(specs)
     for page in engine.layout.pages:
         index = 0
         lines = page.lines
+        headers = [_header(ref, specs, titles) for ref in lines]
         while index < len(lines):
-            columns = _header(lines[index], specs)
+            columns = headers[index]
             if columns is None:
                 index += 1
                 continue
-            index = _rows(engine, lines, index + 1, columns, rows)
+            index = _rows(engine, lines, headers, index + 1, columns, rows)
     out: list[dict[str, Any]] = []
     for row in rows:
         item: dict[str, Any] = {}
@@ -72,15 +74,15 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
             if value is None:
                 continue
             item[prop] = value
-            page = engine.layout.pages[ref.page].page
+            where = engine.layout.pages[ref.page].page
             x0, y0, x1, y1 = ref.box(start, end)
             for other, cell in cells[1:]:
                 word = other.line.words[cell]
                 x0, y0, x1, y1 = min(x0, word.x0), min(y0, word.y0), max(x1, word.x1), max(y1, word.y1)
             evidence[f"{pointer}/{len(out)}/{prop}"] = {
                 "confidence": round(0.8 * ref.conf(start, end), 3),
-                "page": page.number,
-                "bbox": page.relative(x0, y0, x1, y1),
+                "page": where.number,
+                "bbox": where.relative(x0, y0, x1, y1),
                 "text": text,
             }
         if item:
@@ -88,33 +90,32 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
     return out
 
 
-def _header(ref: LineRef, specs: dict[str, FieldSpec]) -> list[Column] | None:
-    from daemon.extraction.providers.rules.engine import label_matches
-
-    matches: list[tuple[int, int, str]] = []
-    local = dataclasses.replace(ref, start=0)  # offsets within the line
-    for prop, spec in specs.items():
-        for _, start, end in label_matches(spec.labels.pattern, ref.folded, lambda _: local):
-            matches.append((start, end, prop))
-    # Longest first, no overlaps, each property once.
-    matches.sort(key=lambda m: (-(m[1] - m[0]), m[0]))
-    taken: list[tuple[int, int, str]] = []
+def _header(ref: LineRef, specs: dict[str, FieldSpec], index: LabelIndex) -> list[Column] | None:
+    """The columns when `ref` is a header row of the table, else None."""
+    if len(ref.tokens) < 2:
+        return None
     used: set[str] = set()
-    for start, end, prop in matches:
-        if prop in used or any(s < end and start < e for s, e, _ in taken):
-            continue
-        taken.append((start, end, prop))
+
+    def fresh(start: int, end: int, prop: str) -> bool:
+        if prop in used or ref.cell_at(start) != ref.cell_at(end - 1):
+            return False
         used.add(prop)
+        return True
+
+    taken = [(start, end, prop) for start, end, _, prop, _ in index.find(ref.folded, ref.tokens, fresh)]
     if len(taken) < 2:
         return None
-    letters = sum(ch.isalpha() for ch in ref.folded)
-    covered = sum(sum(ch.isalpha() for ch in ref.folded[s:e]) for s, e, _ in taken)
+    folded = ref.folded
+    if sum(map(str.isdigit, folded)) > 0.3 * sum(map(str.isalnum, folded)):
+        return None  # a row of values, not of titles
+    letters = sum(map(str.isalpha, folded))
+    covered = sum(sum(map(str.isalpha, folded[s:e])) for s, e, _ in taken)
     if covered < 0.5 * letters:
         return None  # a sentence that happens to name two columns
     columns = [Column(prop, specs[prop], ref.x_of(start), ref.x_of(end)) for start, end, prop in taken]
     # A title alone in its cell spans the whole cell (right-aligned numbers sit under it).
-    for column in columns:
-        cell = ref.cell_at(next(s for s, _, p in taken if p == column.prop))
+    for column, (start, _, _) in zip(columns, taken, strict=True):
+        cell = ref.cell_at(start)
         cell_start, cell_end = ref.cell_span(cell)
         if sum(1 for s, _, _ in taken if cell_start <= s < cell_end) == 1:
             word = ref.line.words[cell]
@@ -123,7 +124,19 @@ def _header(ref: LineRef, specs: dict[str, FieldSpec]) -> list[Column] | None:
     return columns
 
 
-def _rows(engine: Engine, lines: list[LineRef], start: int, columns: list[Column], rows: list[Row]) -> int:
+def header_index(specs: dict[str, FieldSpec]) -> LabelIndex:
+    """One index of every column's titles, whose values are the property names."""
+    titles: dict[str, str] = {}
+    # Stronger titles first, so a title shared by two columns goes to the one it names best.
+    ranked = sorted(((w, label, prop) for prop, spec in specs.items() for label, w in spec.labels.labels.items()),
+                    key=lambda item: -item[0])
+    for _, label, prop in ranked:
+        titles.setdefault(label, prop)
+    return LabelIndex(titles)
+
+
+def _rows(engine: Engine, lines: list[LineRef], headers: list[list[Column] | None], start: int,
+          columns: list[Column], rows: list[Row]) -> int:
     numeric = [c for c in columns if c.spec.value_kind in _NUMERIC]
     text_columns = [c for c in columns if c.spec.value_kind not in _NUMERIC]
     previous = lines[start - 1]
@@ -138,7 +151,7 @@ def _rows(engine: Engine, lines: list[LineRef], start: int, columns: list[Column
             break
         if _STOP.match(ref.folded.lstrip()) or (current is not None and _STOP.match(ref.line.words[0].text.lower())):
             break
-        if _header(ref, {c.prop: c.spec for c in columns}) is not None:
+        if headers[index] is not None:
             break
         assigned = _assign(ref, columns)
         if not assigned:

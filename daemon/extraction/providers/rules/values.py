@@ -17,13 +17,11 @@ from __future__ import annotations
 import datetime as dt
 import re
 import unicodedata
-from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Found:
+class Found(NamedTuple):
     value: Any
     start: int
     end: int
@@ -100,6 +98,9 @@ _TIME = re.compile(r"(?<![\d:])(?P<h>\d{1,2})[:h](?P<mi>\d{2})(?::(?P<s>\d{2}))?
                    re.IGNORECASE)
 
 
+_LATEST_LIKELY_YEAR = dt.date.today().year + 5
+
+
 def _year(text: str) -> int:
     year = int(text)
     if year < 100:
@@ -138,6 +139,8 @@ def find_dates(text: str, order: DateOrder = DateOrder.DMY) -> list[Found]:
     def add(date: dt.date | None, match: re.Match[str], quality: float) -> None:
         if date is None:
             return
+        if date.year > _LATEST_LIKELY_YEAR:
+            quality *= 0.5  # far in the future: more likely a misread digit
         span = match.span()
         if any(s < span[1] and span[0] < e for s, e in taken):
             return
@@ -154,11 +157,8 @@ def find_dates(text: str, order: DateOrder = DateOrder.DMY) -> list[Found]:
     for match in _NUMERIC_DATE.finditer(text):
         a, b, y = int(match["a"]), int(match["b"]), _year(match["y"])
         quality = 1.0 if len(match["y"]) == 4 else 0.9
-        if order is DateOrder.MDY:
-            date = _date(y, a, b) or _date(y, b, a)
-        else:
-            date = _date(y, b, a) or _date(y, a, b)
-        add(date, match, quality)
+        first, second = (a, b) if order is DateOrder.MDY else (b, a)  # (month, day)
+        add(_date(y, first, second) or _date(y, second, first), match, quality)
     found.sort(key=lambda f: f.start)
     return found
 
@@ -194,9 +194,10 @@ CURRENCY_SIGNS: dict[str, str] = {
     "rub": "RUB", "₽": "RUB", "uah": "UAH", "₴": "UAH", "ils": "ILS", "₪": "ILS", "egp": "EGP",
     "ngn": "NGN", "₦": "NGN", "kes": "KES", "pkr": "PKR", "bdt": "BDT", "lkr": "LKR",
 }
-_SIGN_RE = "|".join(re.escape(s) for s in sorted(CURRENCY_SIGNS, key=len, reverse=True))
+# Any word that might be a currency beside a number; `CURRENCY_SIGNS` decides.
+_CURRENCY_WORD = r"[A-Za-z]{1,3}\$|[A-Za-zł]{2,5}\.?|Kč|[$€£¥₹₩₺₽₫฿₱₴₪₦]"
 _AMOUNT = re.compile(
-    r"(?:(?P<pre>" + _SIGN_RE + r")\s{0,2})?"
+    r"(?:(?<![^\W\d_])(?P<pre>" + _CURRENCY_WORD + r")\s{0,2})?"
     r"(?P<neg>[-−–]\s?|\()?"
     r"(?:(?P<pre2>[$€£¥₹])\s?)?"
     r"(?<![\w.,/:])"
@@ -205,24 +206,33 @@ _AMOUNT = re.compile(
     r"|\d+(?:[.,]\d{1,3})?)"
     r"(?P<neg2>-)?\)?"
     r"(?![\w/:]|[.,]\d)"
-    r"(?:\s{0,2}(?P<post>" + _SIGN_RE + r")(?![a-z]))?",
-    re.IGNORECASE,
+    r"(?:\s{0,2}(?P<post>" + _CURRENCY_WORD + r")(?![^\W\d_]))?",
 )
+
+
+_COMMA_DECIMALS = re.compile(r"\d,\d{2}(?!\d)")
+_DOT_DECIMALS = re.compile(r"\d\.\d{2}(?!\d)")
+_SPACE_GROUP = re.compile(r"(?<=\d) (?=\d{3}\b)")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
+_TWO_DECIMALS = re.compile(r"[.,]\d{2}$")
 
 
 def decimal_hint(text: str) -> str:
     """The document's decimal separator: whichever ends more two-decimal amounts."""
-    commas = len(re.findall(r"\d,\d{2}(?![\d])", text))
-    dots = len(re.findall(r"\d\.\d{2}(?![\d])", text))
+    commas = len(_COMMA_DECIMALS.findall(text))
+    dots = len(_DOT_DECIMALS.findall(text))
     return "," if commas > dots else "."
 
 
 def parse_number(raw: str, decimal: str = ".") -> float | None:
     """``1.234,56`` / ``1,234.56`` / ``1 234,56`` / ``1234,5`` → float."""
-    text = raw.replace("\u00a0", " ").replace("\u202f", " ").replace("'", "").strip()
-    text = re.sub(r"(?<=\d) (?=\d{3}\b)", "", text)
-    if not re.fullmatch(r"\d+(?:[.,]\d+)*", text):
-        return None
+    text = raw
+    if not text.isdigit():
+        text = text.replace("\u00a0", " ").replace("\u202f", " ").replace("'", "").strip()
+        if " " in text:
+            text = _SPACE_GROUP.sub("", text)
+        if not _NUMBER.fullmatch(text):
+            return None
     last_dot, last_comma = text.rfind("."), text.rfind(",")
     if last_dot >= 0 and last_comma >= 0:
         dec = "." if last_dot > last_comma else ","
@@ -253,23 +263,32 @@ def find_amounts(text: str, decimal: str = ".") -> list[Found]:
     """Every amount in `text` with its currency when one is written beside it."""
     found: list[Found] = []
     for match in _AMOUNT.finditer(text):
-        number = parse_number(match["num"], decimal)
+        raw = match["num"]
+        number = parse_number(raw, decimal)
         if number is None:
             continue
         if match["neg"] or match["neg2"]:
             number = -number
-        sign = match["pre"] or match["pre2"] or match["post"]
-        currency = CURRENCY_SIGNS.get(sign.lower()) if sign else None
-        if currency is None and sign:
-            continue
-        raw = match["num"]
-        quality = 0.8
+        pre, pre2, post = match["pre"], match["pre2"], match["post"]
+        before = CURRENCY_SIGNS.get(pre.lower()) if pre else None
+        after = CURRENCY_SIGNS.get(post.lower()) if post else None
+        currency = before or (CURRENCY_SIGNS[pre2] if pre2 else None) or after
+        if before:
+            start = match.start("pre")
+        elif match["neg"]:
+            start = match.start("neg")
+        elif pre2:
+            start = match.start("pre2")
+        else:
+            start = match.start("num")
+        end = match.end() if after else match.end("num")
         if currency is not None:
             quality = 1.0
-        elif re.search(r"[.,]\d{2}$", raw):
+        elif _TWO_DECIMALS.search(raw):
             quality = 0.95
-        start = match.start("num") if not (match["pre"] or match["pre2"] or match["neg"]) else match.start()
-        found.append(Found(round(number, 6), start, match.end(), quality, currency))
+        else:
+            quality = 0.8
+        found.append(Found(round(number, 6), start, end, quality, currency))
     return found
 
 

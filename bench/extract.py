@@ -1,0 +1,284 @@
+"""Throughput and accuracy of the extraction pipeline (`daemon.extraction`).
+
+    .venv/bin/python bench/extract.py [--docs 6] [--pages 25] [--rounds 5] [--samples ../shared/samples]
+
+Figures and targets:
+
+  native    pages/s of extract() (rules provider) on multi-page native
+            PDFs ÷ pages/s of a bare pypdfium2 loop (open, text page,
+            get_text_range) over the same files in the same run      ≥ 0.70
+            with the line items (four typed values with evidence per
+            table row) and with the header fields only; one document at a
+            time ("serial": the latency a job sees) and every document at
+            once ("concurrent": what the worker pool gets from its
+            trio-parallel processes)
+  ocr       pages/s of extract() on scanned pages (PNG, 200 dpi)     (figure only)
+  invoices  mean field accuracy on SAMPLES/invoices (PDF text layer,
+            TXT), scored by SAMPLES/score.py                          ≥ 0.90
+  receipts  mean field accuracy on SAMPLES/receipts (JPEG, OCR)       ≥ 0.80
+
+The machine is shared and noisy: the bare loop and the pipeline run
+alternately, round after round, and medians are compared. The documents are
+generated here (reportlab) with a header, a 40-row line-item table and totals
+on every page.
+
+Prints human-readable lines, then one JSON line with every figure. A missed
+target is reported as MISS and does not fail the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from daemon.config import load_config  # noqa: E402
+from daemon.errors import JobError  # noqa: E402
+from daemon.extraction.command import detect_type  # noqa: E402
+from daemon.extraction.pipeline import extract  # noqa: E402
+from daemon.jobs import filetypes  # noqa: E402
+
+TARGET_RATIO = 0.70
+TARGET_INVOICES = 0.90
+TARGET_RECEIPTS = 0.80
+
+HEADER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "invoice_number": {"type": "string", "description": "Invoice number"},
+        "date": {"type": "string", "format": "date", "description": "Invoice date"},
+        "total": {"type": "number", "description": "Total amount due"},
+        "currency": {"type": "string", "description": "ISO 4217 currency code"},
+    },
+}
+# The same with the line items: every row of every page becomes four typed values with evidence.
+SCHEMA: dict[str, Any] = {
+    **HEADER_SCHEMA,
+    "properties": {
+        **HEADER_SCHEMA["properties"],
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "description": {"type": "string"}, "quantity": {"type": "number"},
+            "unit_price": {"type": "number"}, "amount": {"type": "number"}}}},
+    },
+}
+
+
+def make_pdf(path: Path, pages: int, seed: int) -> None:
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    rng = random.Random(seed)
+    c = canvas.Canvas(str(path), pagesize=A4)
+    _, height = A4
+    for page in range(pages):
+        c.setFont("Helvetica-Bold", 14)
+        c.drawString(50, height - 50, f"ACME Supplies Ltd — Invoice (page {page + 1} of {pages})")
+        c.setFont("Helvetica", 9)
+        c.drawString(50, height - 70, f"Invoice No.: INV-{seed:04d}-{page:03d}")
+        c.drawString(350, height - 70, "Invoice Date: 12/03/2024")
+        y = height - 100
+        for x, title in ((50, "Description"), (330, "Qty"), (400, "Unit Price"), (480, "Amount")):
+            c.drawString(x, y, title)
+        total = 0.0
+        for row in range(40):
+            y -= 15
+            qty, price = rng.randint(1, 9), rng.randint(100, 99_999) / 100
+            total += qty * price
+            c.drawString(50, y, f"Item {row + 1}: {rng.choice(['Widget', 'Gadget', 'Service', 'Part'])} "
+                                f"model {rng.randint(100, 999)}")
+            c.drawRightString(345, y, str(qty))
+            c.drawRightString(450, y, f"{price:,.2f}")
+            c.drawRightString(530, y, f"{qty * price:,.2f}")
+        c.drawString(400, y - 25, "Total Due")
+        c.drawRightString(530, y - 25, f"€ {total:,.2f}")
+        c.showPage()
+    c.save()
+
+
+def bare_loop(paths: list[Path]) -> int:
+    import pypdfium2 as pdfium
+
+    pages = 0
+    for path in paths:
+        pdf = pdfium.PdfDocument(str(path))
+        for index in range(len(pdf)):
+            page = pdf[index]
+            textpage = page.get_textpage()
+            textpage.get_text_range()
+            textpage.close()
+            page.close()
+            pages += 1
+        pdf.close()
+    return pages
+
+
+async def pipeline_serial(paths: list[Path], mime: str, schema: dict[str, Any] = SCHEMA) -> int:
+    config = load_config(environ={})
+    pages = 0
+    for path in paths:
+        pages += (await extract(path, mime, schema, config)).page_count
+    return pages
+
+
+async def pipeline_concurrent(paths: list[Path], mime: str, schema: dict[str, Any] = SCHEMA) -> int:
+    config = load_config(environ={})
+    counts: list[int] = []
+
+    async def one(path: Path) -> None:
+        counts.append((await extract(path, mime, schema, config)).page_count)
+
+    async with trio.open_nursery() as nursery:
+        for path in paths:
+            nursery.start_soon(one, path)
+    return sum(counts)
+
+
+def timed(fn: Any, *args: Any) -> tuple[int, float]:
+    started = time.perf_counter()
+    pages = fn(*args)
+    return pages, time.perf_counter() - started
+
+
+def throughput(paths: list[Path], rounds: int) -> dict[str, float]:
+    trio.run(pipeline_serial, paths[:1], filetypes.PDF)  # start the worker processes
+    runs: dict[str, list[float]] = {}
+    cases: list[tuple[str, Any, tuple[Any, ...]]] = [
+        ("bare", bare_loop, (paths,)),
+        ("serial", trio.run, (pipeline_serial, paths, filetypes.PDF)),
+        ("concurrent", trio.run, (pipeline_concurrent, paths, filetypes.PDF)),
+        ("header_serial", trio.run, (pipeline_serial, paths, filetypes.PDF, HEADER_SCHEMA)),
+        ("header_concurrent", trio.run, (pipeline_concurrent, paths, filetypes.PDF, HEADER_SCHEMA)),
+    ]
+    for _ in range(rounds):
+        for name, fn, args in cases:
+            pages, seconds = timed(fn, *args)
+            runs.setdefault(name, []).append(pages / seconds)
+    out = {f"{name}_pages_s": statistics.median(values) for name, values in runs.items()}
+    for name in runs:
+        if name != "bare":
+            out[f"{name}_ratio"] = out[f"{name}_pages_s"] / out["bare_pages_s"]
+    return out
+
+
+def ocr_throughput(pdf: Path, work: Path, pages: int) -> dict[str, float]:
+    import pypdfium2 as pdfium
+
+    document = pdfium.PdfDocument(str(pdf))
+    images = []
+    for index in range(min(pages, len(document))):
+        page = document[index]
+        path = work / f"scan-{index}.png"
+        page.render(scale=200 / 72).to_pil().convert("L").save(path, dpi=(200, 200))
+        page.close()
+        images.append(path)
+    document.close()
+    pages_done, seconds = timed(trio.run, pipeline_serial, images, filetypes.PNG)
+    serial = pages_done / seconds
+    pages_done, seconds = timed(trio.run, pipeline_concurrent, images, filetypes.PNG)
+    return {"ocr_serial_pages_s": serial, "ocr_concurrent_pages_s": pages_done / seconds}
+
+
+async def _extract_set(files: list[Path], schema: dict[str, Any], limit: int) -> dict[str, Any]:
+    config = load_config(environ={})
+    results: dict[str, Any] = {}
+    limiter = trio.CapacityLimiter(limit)
+
+    async def one(path: Path) -> None:
+        async with limiter:
+            mime = detect_type(path)
+            try:
+                if mime is None:
+                    raise JobError("UNSUPPORTED_FILE", "unsupported")
+                results[path.stem] = (await extract(path, mime, schema, config)).result
+            except JobError as exc:
+                print(f"  {path.name}: {exc.code} {exc.message}")
+
+    async with trio.open_nursery() as nursery:
+        for path in files:
+            nursery.start_soon(one, path)
+    return results
+
+
+def accuracy(samples: Path, name: str, suffixes: tuple[str, ...], work: Path) -> tuple[float | None, str]:
+    folder = samples / name
+    schema = json.loads((samples / f"{name}.schema.json").read_text())
+    files = []
+    for answer in sorted(folder.glob("*.json")):
+        for suffix in suffixes:  # one document per answer: the first format present, in this order
+            candidate = answer.with_suffix(suffix)
+            if candidate.exists():
+                files.append(candidate)
+                break
+    started = time.perf_counter()
+    results = trio.run(_extract_set, files, schema, 4)
+    seconds = time.perf_counter() - started
+    out = work / f"{name}.results.json"
+    out.write_text(json.dumps(results, indent=1))
+    report = subprocess.run([sys.executable, str(samples / "score.py"), str(folder), str(out)],
+                            capture_output=True, text=True, check=False).stdout
+    mean = None
+    for line in report.splitlines():
+        if line.startswith("mean field accuracy:"):
+            mean = float(line.split(":")[1])
+    return mean, f"{report.rstrip()}\n  ({len(files)} documents in {seconds:.1f} s)"
+
+
+def verdict(ok: bool) -> str:
+    return "ok" if ok else "MISS"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--docs", type=int, default=6)
+    parser.add_argument("--pages", type=int, default=25)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--ocr-pages", type=int, default=4)
+    parser.add_argument("--samples", type=Path, default=ROOT.parent / "shared" / "samples")
+    parser.add_argument("--skip-accuracy", action="store_true")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="docex-bench-") as tmp:
+        work = Path(tmp)
+        paths = []
+        for seed in range(args.docs):
+            path = work / f"native-{seed}.pdf"
+            make_pdf(path, args.pages, seed)
+            paths.append(path)
+        print(f"native PDFs: {args.docs} documents x {args.pages} pages, {args.rounds} rounds")
+        figures.update(throughput(paths, args.rounds))
+        print(f"  bare pypdfium2 loop                   {figures['bare_pages_s']:8.1f} pages/s")
+        for name, label in (("serial", "with line items, serial"), ("concurrent", "with line items, concurrent"),
+                            ("header_serial", "header fields, serial"),
+                            ("header_concurrent", "header fields, concurrent")):
+            ratio = figures[f"{name}_ratio"]
+            print(f"  pipeline, {label:28s}{figures[f'{name}_pages_s']:8.1f} pages/s  ratio {ratio:.2f}  "
+                  f"{verdict(ratio >= TARGET_RATIO)}")
+        figures.update(ocr_throughput(paths[0], work, args.ocr_pages))
+        print(f"OCR ({args.ocr_pages} scanned pages, 200 dpi)")
+        print(f"  pipeline, serial        {figures['ocr_serial_pages_s']:8.2f} pages/s")
+        print(f"  pipeline, concurrent    {figures['ocr_concurrent_pages_s']:8.2f} pages/s")
+        if not args.skip_accuracy and (args.samples / "score.py").exists():
+            for name, suffixes, target in (("invoices", (".pdf", ".txt"), TARGET_INVOICES),
+                                           ("receipts", (".jpg", ".png"), TARGET_RECEIPTS)):
+                mean, report = accuracy(args.samples, name, suffixes, work)
+                figures[f"{name}_accuracy"] = mean
+                print(f"{name} (rules provider, scored by score.py)")
+                print("  " + report.replace("\n", "\n  "))
+                print(f"  target {target:.2f}: {verdict(mean is not None and mean >= target)}")
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()

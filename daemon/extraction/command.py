@@ -1,0 +1,88 @@
+"""`docex extract FILE --schema schema.json`: the extraction pipeline on one
+file, with no daemon and no database.
+
+Prints ``{"result": ..., "resultMeta": ...}`` as JSON on stdout and exits 0;
+an extraction error prints ``{"errorCode", "errorMessage"}`` and exits 1
+(a result that does not match the schema is RESULT_INVALID, with the
+problems in ``details``, as the daemon would record it). A missing file or an
+unreadable schema is a usage error: one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import trio
+
+from daemon.config import Config
+from daemon.errors import JobError
+from daemon.extraction.pipeline import extract, schema_of, warn_if_ocr_missing
+from daemon.extraction.providers.base import PROVIDER_KEYWORD
+from daemon.jobs import filetypes
+
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def detect_type(path: Path) -> str | None:
+    """The file's type from its bytes (never its name), as uploads are told."""
+    with path.open("rb") as fh:
+        head = fh.read(filetypes.SNIFF_BYTES)
+    kind = filetypes.sniff(head)
+    if kind == filetypes.ZIP:
+        kind = filetypes.refine_zip(path, head)
+    return kind
+
+
+def run(file: str, schema_file: str, provider: str | None, config: Config, out: TextIO = sys.stdout) -> int:
+    """The whole command; returns the exit code."""
+    path = Path(file)
+    if not path.is_file():
+        print(f"docex: {file}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        definition = json.loads(Path(schema_file).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        print(f"docex: {schema_file}: cannot read the schema ({exc})", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(definition, dict) and "jsonSchema" in definition and "type" not in definition:
+        definition = definition["jsonSchema"]  # the shape /api/schema/convert answers with
+    if not isinstance(definition, dict) or definition.get("type") != "object":
+        print(f"docex: {schema_file}: the schema must be a JSON Schema whose root is an object", file=sys.stderr)
+        return EXIT_USAGE
+    if provider:
+        definition = {**definition, PROVIDER_KEYWORD: provider}
+    if not warn_if_ocr_missing():
+        print("docex: warning: tesseract is not installed; images and scanned pages cannot be read",
+              file=sys.stderr)
+    mime_type = detect_type(path)
+    if mime_type is None:
+        return _fail(out, "UNSUPPORTED_FILE", "Unsupported file type")
+    try:
+        extraction = trio.run(extract, path, mime_type, definition, config)
+    except JobError as exc:
+        return _fail(out, exc.code, exc.message)
+    problems = _validate(schema_of(definition), extraction.result)
+    if problems:
+        return _fail(out, "RESULT_INVALID", "the result does not match the schema", details=problems,
+                     result=extraction.result, resultMeta=extraction.meta)
+    json.dump({"result": extraction.result, "resultMeta": extraction.meta}, out, ensure_ascii=False, indent=2)
+    out.write("\n")
+    return 0
+
+
+def _validate(definition: dict[str, Any], result: dict[str, Any]) -> list[str]:
+    try:
+        from daemon.schemas.definition import validate_result
+    except ImportError:  # pragma: no cover - the schema module is optional for this command
+        return []
+    return validate_result(definition, result)
+
+
+def _fail(out: TextIO, code: str, message: str, **extra: Any) -> int:
+    json.dump({"errorCode": code, "errorMessage": message, **extra}, out, ensure_ascii=False, indent=2)
+    out.write("\n")
+    return EXIT_FAILED

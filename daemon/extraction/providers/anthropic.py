@@ -1,0 +1,110 @@
+"""The `anthropic` provider: the Messages API with one tool whose
+``input_schema`` is the schema, and ``tool_choice`` forcing the model to call
+it; the tool call's input is the result.
+
+Overloaded (529) and 5xx answers are retryable AI_PROVIDER_ERROR, 429 is
+AI_PROVIDER_RATE_LIMIT with the server's Retry-After. The API key travels in
+``x-api-key`` only and is scrubbed from any error message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from daemon.config import AnthropicConfig
+from daemon.errors import PermanentJobError
+from daemon.extraction.document import Document
+from daemon.extraction.providers.base import ProviderOutput
+from daemon.extraction.providers.llm import (
+    DEFAULT_CHUNK_CHARS,
+    INSTRUCTIONS,
+    MAX_OUTPUT_TOKENS,
+    MIN_CHUNK_CHARS,
+    ContextTooLong,
+    chunks,
+    classify_response,
+    document_text,
+    drop_nulls,
+    merge,
+    transport_error,
+    usage_total,
+)
+
+API_VERSION = "2023-06-01"
+TOOL = "record_extraction"
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def __init__(self, config: AnthropicConfig) -> None:
+        self.config = config
+        self.url = config.base_url.rstrip("/") + "/v1/messages"
+        self._key = config.api_key.reveal() if config.api_key is not None else None
+
+    async def extract(self, document: Document, definition: dict[str, Any],
+                      client: httpx.AsyncClient) -> ProviderOutput:
+        pages = document_text(document)
+        limit = DEFAULT_CHUNK_CHARS
+        while True:
+            results: list[dict[str, Any]] = []
+            usages: list[dict[str, int]] = []
+            try:
+                for chunk in chunks(pages, limit):
+                    result, usage = await self._ask(client, definition, chunk)
+                    results.append(result)
+                    usages.append(usage)
+                break
+            except ContextTooLong as exc:
+                if limit <= MIN_CHUNK_CHARS:
+                    raise PermanentJobError(
+                        "AI_PROVIDER_ERROR", f"anthropic: the model's context is too small for one page ({exc})"
+                    ) from exc
+                limit = max(MIN_CHUNK_CHARS, limit // 2)
+        return ProviderOutput(drop_nulls(merge(results)), model=self.config.model, usage=usage_total(usages))
+
+    async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any],
+                   text: str) -> tuple[dict[str, Any], dict[str, int]]:
+        schema = {k: v for k, v in definition.items() if k != "$schema"}
+        body = {
+            "model": self.config.model,
+            "max_tokens": MAX_OUTPUT_TOKENS,
+            "temperature": 0,
+            "system": INSTRUCTIONS,
+            "messages": [{"role": "user", "content": text}],
+            "tools": [{
+                "name": TOOL,
+                "description": "Record the values extracted from the document, as the schema describes them.",
+                "input_schema": schema,
+            }],
+            "tool_choice": {"type": "tool", "name": TOOL},
+        }
+        headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
+        if self._key:
+            headers["x-api-key"] = self._key
+        try:
+            response = await client.post(self.url, json=body, headers=headers,
+                                         timeout=self.config.timeout_ms / 1000)
+        except httpx.HTTPError as exc:
+            raise transport_error("anthropic", exc, self._key) from exc
+        problem = classify_response("anthropic", response, self._key)
+        if problem is not None:
+            raise problem
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise PermanentJobError("AI_PROVIDER_ERROR", "anthropic: the answer is not JSON") from exc
+        blocks = data.get("content") if isinstance(data, dict) else None
+        call = next((b for b in blocks or [] if isinstance(b, dict) and b.get("type") == "tool_use"
+                     and b.get("name") == TOOL), None)
+        if call is None or not isinstance(call.get("input"), dict):
+            reason = data.get("stop_reason") if isinstance(data, dict) else None
+            raise PermanentJobError("AI_PROVIDER_ERROR",
+                                    f"anthropic: the model did not call the extraction tool (stop: {reason})")
+        usage = data.get("usage") or {}
+        return call["input"], {
+            "inputTokens": int(usage.get("input_tokens") or 0),
+            "outputTokens": int(usage.get("output_tokens") or 0),
+        }

@@ -1,0 +1,172 @@
+"""The `openai` provider: any OpenAI-compatible chat-completions server
+(OpenAI, Azure OpenAI, vLLM, Ollama, llama.cpp, LM Studio).
+
+Structured output first (``response_format: json_schema``, strict); a server
+that refuses that parameter is asked again in JSON mode
+(``response_format: json_object``) with the schema in the prompt, and the
+answer is validated against the schema, with one corrective turn when it
+does not match. Which servers lack json_schema is remembered per base URL
+for the life of the process.
+
+The API key goes only into the Authorization header; it is never logged and
+is scrubbed from any error message a server echoes back.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+from jsonschema import Draft202012Validator
+
+from daemon.config import OpenAIConfig
+from daemon.errors import PermanentJobError
+from daemon.extraction.document import Document
+from daemon.extraction.providers.base import ProviderOutput
+from daemon.extraction.providers.llm import (
+    DEFAULT_CHUNK_CHARS,
+    INSTRUCTIONS,
+    MAX_OUTPUT_TOKENS,
+    MIN_CHUNK_CHARS,
+    ContextTooLong,
+    chunks,
+    classify_response,
+    document_text,
+    drop_nulls,
+    merge,
+    parse_json_answer,
+    strict_schema,
+    transport_error,
+    usage_total,
+)
+
+# Base URLs whose servers refused response_format json_schema.
+_NO_JSON_SCHEMA: set[str] = set()
+
+
+class OpenAIProvider:
+    name = "openai"
+
+    def __init__(self, config: OpenAIConfig) -> None:
+        self.config = config
+        self.url = config.base_url.rstrip("/") + "/chat/completions"
+        self._key = config.api_key.reveal() if config.api_key is not None else None
+
+    async def extract(self, document: Document, definition: dict[str, Any],
+                      client: httpx.AsyncClient) -> ProviderOutput:
+        pages = document_text(document)
+        limit = DEFAULT_CHUNK_CHARS
+        while True:
+            results: list[dict[str, Any]] = []
+            usages: list[dict[str, int]] = []
+            try:
+                for chunk in chunks(pages, limit):
+                    result, usage = await self._ask(client, definition, chunk)
+                    results.append(result)
+                    usages.extend(usage)
+                break
+            except ContextTooLong as exc:
+                if limit <= MIN_CHUNK_CHARS:
+                    raise PermanentJobError("AI_PROVIDER_ERROR",
+                                            f"openai: the model's context is too small for one page ({exc})") from exc
+                limit = max(MIN_CHUNK_CHARS, limit // 2)
+        return ProviderOutput(drop_nulls(merge(results)), model=self.config.model, usage=usage_total(usages))
+
+    async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any],
+                   text: str) -> tuple[dict[str, Any], list[dict[str, int]]]:
+        if self.config.base_url not in _NO_JSON_SCHEMA:
+            messages = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": text}]
+            body = self._body(messages, {
+                "type": "json_schema",
+                "json_schema": {"name": "extraction", "strict": True, "schema": strict_schema(definition)},
+            })
+            response = await self._post(client, body)
+            if not _refuses_json_schema(response):
+                data = self._check(response)
+                return parse_json_answer(_content(data)), [_usage(data)]
+            _NO_JSON_SCHEMA.add(self.config.base_url)
+        return await self._ask_json_mode(client, definition, text)
+
+    async def _ask_json_mode(self, client: httpx.AsyncClient, definition: dict[str, Any],
+                             text: str) -> tuple[dict[str, Any], list[dict[str, int]]]:
+        instructions = (f"{INSTRUCTIONS}\nAnswer with one JSON object only, valid against this JSON Schema:\n"
+                        f"{json.dumps(definition)}")
+        messages: list[dict[str, str]] = [{"role": "system", "content": instructions},
+                                          {"role": "user", "content": text}]
+        data = self._check(await self._post(client, self._body(messages, {"type": "json_object"})))
+        usages = [_usage(data)]
+        answer = _content(data)
+        result = drop_nulls(parse_json_answer(answer))
+        problems = [e.message for e in Draft202012Validator(definition).iter_errors(result)][:20]
+        if problems:
+            # One corrective turn: the model sees what did not match.
+            messages += [{"role": "assistant", "content": answer},
+                         {"role": "user", "content": "That JSON does not match the schema:\n- "
+                          + "\n- ".join(problems) + "\nAnswer again with the corrected JSON object only."}]
+            data = self._check(await self._post(client, self._body(messages, {"type": "json_object"})))
+            usages.append(_usage(data))
+            result = drop_nulls(parse_json_answer(_content(data)))
+        return result, usages
+
+    def _body(self, messages: list[dict[str, str]], response_format: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "model": self.config.model,
+            "messages": messages,
+            "temperature": 0,
+            "max_tokens": MAX_OUTPUT_TOKENS,
+            "response_format": response_format,
+        }
+
+    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+            headers["api-key"] = self._key  # Azure OpenAI's header; others ignore it
+        try:
+            return await client.post(self.url, json=body, headers=headers,
+                                     timeout=self.config.timeout_ms / 1000)
+        except httpx.HTTPError as exc:
+            raise transport_error("openai", exc, self._key) from exc
+
+    def _check(self, response: httpx.Response) -> dict[str, Any]:
+        problem = classify_response("openai", response, self._key)
+        if problem is not None:
+            raise problem
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise PermanentJobError("AI_PROVIDER_ERROR", "openai: the answer is not JSON") from exc
+        if not isinstance(data, dict):
+            raise PermanentJobError("AI_PROVIDER_ERROR", "openai: unexpected answer")
+        return data
+
+
+def _refuses_json_schema(response: httpx.Response) -> bool:
+    if response.status_code not in (400, 404, 422, 501):
+        return False
+    text = response.text.lower()
+    return "response_format" in text or "json_schema" in text or "structured" in text
+
+
+def _content(data: dict[str, Any]) -> str:
+    try:
+        message = data["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise PermanentJobError("AI_PROVIDER_ERROR", "openai: the answer has no message") from exc
+    if message.get("refusal"):
+        raise PermanentJobError("AI_PROVIDER_ERROR", f"openai: the model refused: {message['refusal']}"[:300])
+    content = message.get("content")
+    if isinstance(content, list):  # content parts
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    if not isinstance(content, str) or not content.strip():
+        raise PermanentJobError("AI_PROVIDER_ERROR", "openai: the answer is empty")
+    return content
+
+
+def _usage(data: dict[str, Any]) -> dict[str, int]:
+    usage = data.get("usage") or {}
+    return {
+        "inputTokens": int(usage.get("prompt_tokens") or 0),
+        "outputTokens": int(usage.get("completion_tokens") or 0),
+    }

@@ -1,0 +1,407 @@
+"""The openai and anthropic providers against a real HTTP server on loopback
+that speaks their wire formats, with recorded answers, slow answers, rate
+limits, server errors and context-length refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import h11
+import httpx
+import pytest
+import trio
+
+from daemon.config import AnthropicConfig, Config, OpenAIConfig, Secret, load_config
+from daemon.errors import JobError, PermanentJobError, TransientJobError
+from daemon.extraction.document import Document, grid_page, grid_text_line
+from daemon.extraction.pipeline import extract
+from daemon.extraction.providers import openai as openai_module
+from daemon.extraction.providers.anthropic import AnthropicProvider
+from daemon.extraction.providers.openai import OpenAIProvider
+from daemon.jobs import filetypes
+
+KEY = "sk-test-0123456789-very-secret"
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "invoice_number": {"type": "string", "description": "Invoice number"},
+        "total": {"type": "number"},
+        "date": {"type": "string", "format": "date"},
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "description": {"type": "string"}, "amount": {"type": "number"}}}},
+    },
+    "required": ["invoice_number", "total"],
+}
+TEXT = "ACME Ltd\nInvoice No:   INV-7\nDate:  12/03/2024\nWidget   10.00\nTotal Due:   $ 12.50\n"
+ANSWER = {"invoice_number": "INV-7", "total": 12.5, "date": "2024-03-12", "items": [{"description": "Widget",
+                                                                                     "amount": 10.0}]}
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+
+
+@dataclass
+class Recorded:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+class FakeServer:
+    """An HTTP/1.1 server (h11 over trio) answering from a script or a function."""
+
+    def __init__(self) -> None:
+        self.replies: list[Reply] = []
+        self.respond: Callable[[Recorded], Reply] | None = None
+        self.requests: list[Recorded] = []
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        conn = h11.Connection(h11.SERVER)
+        while True:
+            request: h11.Request | None = None
+            body = b""
+            while True:
+                event = conn.next_event()
+                if event is h11.NEED_DATA:
+                    data = await stream.receive_some(65536)
+                    if not data:
+                        return
+                    conn.receive_data(data)
+                    continue
+                if isinstance(event, h11.Request):
+                    request = event
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                elif isinstance(event, h11.ConnectionClosed):
+                    return
+            assert request is not None
+            recorded = Recorded(
+                request.method.decode(), request.target.decode(),
+                {k.decode().lower(): v.decode() for k, v in request.headers},
+                json.loads(body) if body else None,
+            )
+            self.requests.append(recorded)
+            reply = self.respond(recorded) if self.respond else self.replies.pop(0)
+            if reply.delay_s:
+                await trio.sleep(reply.delay_s)
+            payload = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+            headers = [("content-type", "application/json"), ("content-length", str(len(payload))),
+                       *reply.headers.items()]
+            try:
+                await stream.send_all(conn.send(h11.Response(status_code=reply.status, headers=headers)))
+                await stream.send_all(conn.send(h11.Data(data=payload)))
+                await stream.send_all(conn.send(h11.EndOfMessage()))
+            except trio.BrokenResourceError:
+                return
+            if conn.our_state is h11.MUST_CLOSE:
+                return
+            conn.start_next_cycle()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[FakeServer]:
+    fake = FakeServer()
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(functools.partial(trio.serve_tcp, fake.handle, 0, host="127.0.0.1"))
+        fake.port = listeners[0].socket.getsockname()[1]
+        yield fake
+        nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as http:
+        yield http
+
+
+@pytest.fixture(autouse=True)
+def _fresh_capabilities() -> None:
+    openai_module._NO_JSON_SCHEMA.clear()
+
+
+def document(text: str = TEXT) -> Document:
+    lines = [line for row, raw in enumerate(text.splitlines()) if (line := grid_text_line(row, raw))]
+    return Document((grid_page(1, lines),))
+
+
+def openai_config(server: FakeServer, timeout_ms: int = 5000) -> OpenAIConfig:
+    return OpenAIConfig(base_url=f"{server.url}/v1", model="test-model", api_key=Secret(KEY), timeout_ms=timeout_ms)
+
+
+def anthropic_config(server: FakeServer, timeout_ms: int = 5000) -> AnthropicConfig:
+    return AnthropicConfig(base_url=server.url, model="claude-test", api_key=Secret(KEY), timeout_ms=timeout_ms)
+
+
+def chat(content: str, prompt_tokens: int = 100, completion_tokens: int = 20) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "test-model",
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens},
+    }
+
+
+def tool_use(result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [{"type": "text", "text": "Here it is."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "record_extraction", "input": result}],
+        "stop_reason": "tool_use", "usage": {"input_tokens": 321, "output_tokens": 54},
+    }
+
+
+# --- openai ---------------------------------------------------------------------------
+
+async def test_openai_structured_output_request_and_result(server: FakeServer, client: httpx.AsyncClient) -> None:
+    server.replies.append(Reply(body=chat(json.dumps({**ANSWER, "date": None}))))
+    output = await OpenAIProvider(openai_config(server)).extract(document(), SCHEMA, client)
+    assert output.result == {k: v for k, v in ANSWER.items() if k != "date"}  # null means "not stated"
+    assert output.model == "test-model"
+    assert output.usage == {"requests": 1, "inputTokens": 100, "outputTokens": 20}
+    request = server.requests[0]
+    assert (request.method, request.path) == ("POST", "/v1/chat/completions")
+    assert request.headers["authorization"] == f"Bearer {KEY}"
+    body = request.body
+    assert body["model"] == "test-model" and body["temperature"] == 0
+    response_format = body["response_format"]
+    assert response_format["type"] == "json_schema"
+    strict = response_format["json_schema"]
+    assert strict["strict"] is True
+    assert strict["schema"]["additionalProperties"] is False
+    assert set(strict["schema"]["required"]) == set(SCHEMA["properties"])
+    assert strict["schema"]["properties"]["date"]["type"] == ["string", "null"]
+    assert "INV-7" in body["messages"][-1]["content"]
+    assert "--- page 1 ---" in body["messages"][-1]["content"]
+
+
+async def test_openai_server_without_json_schema_falls_back_to_json_mode_and_validates(
+    server: FakeServer, client: httpx.AsyncClient
+) -> None:
+    server.replies += [
+        Reply(400, {"error": {"message": "response_format type json_schema is not supported by this server"}}),
+        Reply(body=chat("```json\n{\"total\": \"12.50\"}\n```")),  # invalid: no invoice_number, total a string
+        Reply(body=chat(json.dumps(ANSWER))),
+        Reply(body=chat(json.dumps(ANSWER))),
+    ]
+    provider = OpenAIProvider(openai_config(server))
+    output = await provider.extract(document(), SCHEMA, client)
+    assert output.result == ANSWER
+    assert [r.body["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object",
+                                                                           "json_object"]
+    correction = server.requests[2].body["messages"]
+    assert correction[-2]["role"] == "assistant"
+    assert "does not match the schema" in correction[-1]["content"]
+    assert "invoice_number" in server.requests[1].body["messages"][0]["content"]  # the schema is in the prompt
+    assert output.usage is not None and output.usage["requests"] == 2
+    # The server's lack of json_schema is remembered: the next document goes straight to JSON mode.
+    await provider.extract(document(), SCHEMA, client)
+    assert server.requests[3].body["response_format"]["type"] == "json_object"
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "code", "retry_after"),
+    [
+        (Reply(429, {"error": {"message": "Rate limit reached"}}, {"Retry-After": "7"}),
+         TransientJobError, "AI_PROVIDER_RATE_LIMIT", 7.0),
+        (Reply(429, {"error": {"message": "slow down"}}, {"retry-after-ms": "1500"}),
+         TransientJobError, "AI_PROVIDER_RATE_LIMIT", 1.5),
+        (Reply(503, {"error": {"message": "overloaded"}}, {"Retry-After": "3"}),
+         TransientJobError, "AI_PROVIDER_ERROR", 3.0),
+        (Reply(500, b"<html>Internal Server Error</html>"), TransientJobError, "AI_PROVIDER_ERROR", None),
+        (Reply(401, {"error": {"message": f"Incorrect API key provided: {KEY}"}}),
+         PermanentJobError, "AI_PROVIDER_ERROR", None),
+        (Reply(404, {"error": {"message": "The model `test-model` does not exist"}}),
+         PermanentJobError, "AI_PROVIDER_ERROR", None),
+        (Reply(200, chat("I cannot help with that.")), PermanentJobError, "AI_PROVIDER_ERROR", None),
+    ],
+)
+async def test_openai_errors_map_to_error_codes(
+    server: FakeServer, client: httpx.AsyncClient, reply: Reply, error: type[JobError], code: str,
+    retry_after: float | None,
+) -> None:
+    server.replies.append(reply)
+    with pytest.raises(error) as caught:
+        await OpenAIProvider(openai_config(server)).extract(document(), SCHEMA, client)
+    assert caught.value.code == code
+    assert caught.value.retry_after_s == retry_after
+    assert KEY not in caught.value.message
+
+
+async def test_openai_timeout_is_retryable(server: FakeServer, client: httpx.AsyncClient) -> None:
+    server.replies.append(Reply(body=chat(json.dumps(ANSWER)), delay_s=2))
+    with pytest.raises(TransientJobError) as caught:
+        await OpenAIProvider(openai_config(server, timeout_ms=200)).extract(document(), SCHEMA, client)
+    assert caught.value.code == "AI_PROVIDER_TIMEOUT"
+
+
+async def test_an_unreachable_server_is_retryable(client: httpx.AsyncClient) -> None:
+    with trio.socket.socket() as sock:
+        await sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connection refused
+        config = OpenAIConfig(base_url=f"http://127.0.0.1:{port}/v1", api_key=Secret(KEY))
+        with pytest.raises(TransientJobError) as caught:
+            await OpenAIProvider(config).extract(document(), SCHEMA, client)
+    assert caught.value.code == "AI_PROVIDER_ERROR"
+
+
+async def test_a_document_longer_than_the_context_is_split_and_merged(
+    server: FakeServer, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(openai_module, "DEFAULT_CHUNK_CHARS", 8000)
+    monkeypatch.setattr(openai_module, "MIN_CHUNK_CHARS", 500)
+    pages = []
+    for number in range(1, 5):
+        rows = [f"Item {number}-{i}   {i}.00" for i in range(40)]
+        head = ["Invoice No:   INV-9"] if number == 1 else []
+        tail = ["Total:   999.00"] if number == 4 else []
+        lines = [grid_text_line(row, text) for row, text in enumerate(head + rows + tail)]
+        pages.append(grid_page(number, [line for line in lines if line is not None]))
+    long_document = Document(tuple(pages))
+    context_chars = 2500
+
+    def respond(request: Recorded) -> Reply:
+        prompt = request.body["messages"][-1]["content"]
+        if len(prompt) > context_chars:
+            return Reply(400, {"error": {"message": "This model's maximum context length is 1000 tokens",
+                                         "code": "context_length_exceeded"}})
+        found: dict[str, Any] = {"items": []}
+        if "INV-9" in prompt:
+            found["invoice_number"] = "INV-9"
+        if "999.00" in prompt:
+            found["total"] = 999.0
+        for page in range(1, 5):
+            if f"--- page {page} ---" in prompt:
+                found["items"].append({"description": f"page {page}", "amount": 1.0})
+        return Reply(body=chat(json.dumps(found)))
+
+    server.respond = respond
+    output = await OpenAIProvider(openai_config(server)).extract(long_document, SCHEMA, client)
+    assert output.result["invoice_number"] == "INV-9"
+    assert output.result["total"] == 999.0
+    assert [item["description"] for item in output.result["items"]] == [f"page {n}" for n in range(1, 5)]
+    sent = [r for r in server.requests if len(r.body["messages"][-1]["content"]) <= context_chars]
+    assert len(sent) >= 2 and output.usage is not None and output.usage["requests"] == len(sent)
+    assert len(server.requests) > len(sent)  # it learnt the context from the refusals
+
+
+# --- anthropic --------------------------------------------------------------------------
+
+async def test_anthropic_tool_use_request_and_result(server: FakeServer, client: httpx.AsyncClient) -> None:
+    server.replies.append(Reply(body=tool_use(ANSWER)))
+    output = await AnthropicProvider(anthropic_config(server)).extract(document(), SCHEMA, client)
+    assert output.result == ANSWER
+    assert output.model == "claude-test"
+    assert output.usage == {"requests": 1, "inputTokens": 321, "outputTokens": 54}
+    request = server.requests[0]
+    assert request.path == "/v1/messages"
+    assert request.headers["x-api-key"] == KEY
+    assert request.headers["anthropic-version"] == "2023-06-01"
+    assert "authorization" not in request.headers
+    tool = request.body["tools"][0]
+    assert tool["input_schema"] == SCHEMA
+    assert request.body["tool_choice"] == {"type": "tool", "name": tool["name"]}
+    assert "INV-7" in request.body["messages"][0]["content"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "code", "retry_after"),
+    [
+        (Reply(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "Too many"}},
+               {"retry-after": "12"}), TransientJobError, "AI_PROVIDER_RATE_LIMIT", 12.0),
+        (Reply(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+         TransientJobError, "AI_PROVIDER_ERROR", None),
+        (Reply(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad tool"}}),
+         PermanentJobError, "AI_PROVIDER_ERROR", None),
+        (Reply(200, {"content": [{"type": "text", "text": "no tool"}], "stop_reason": "end_turn"}),
+         PermanentJobError, "AI_PROVIDER_ERROR", None),
+    ],
+)
+async def test_anthropic_errors_map_to_error_codes(
+    server: FakeServer, client: httpx.AsyncClient, reply: Reply, error: type[JobError], code: str,
+    retry_after: float | None,
+) -> None:
+    server.replies.append(reply)
+    with pytest.raises(error) as caught:
+        await AnthropicProvider(anthropic_config(server)).extract(document(), SCHEMA, client)
+    assert caught.value.code == code
+    assert caught.value.retry_after_s == retry_after
+
+
+async def test_anthropic_timeout_is_retryable(server: FakeServer, client: httpx.AsyncClient) -> None:
+    server.replies.append(Reply(body=tool_use(ANSWER), delay_s=2))
+    with pytest.raises(TransientJobError) as caught:
+        await AnthropicProvider(anthropic_config(server, timeout_ms=200)).extract(document(), SCHEMA, client)
+    assert caught.value.code == "AI_PROVIDER_TIMEOUT"
+
+
+# --- through the pipeline -------------------------------------------------------------------
+
+def config_for(server: FakeServer) -> Config:
+    base = load_config(environ={})
+    return dataclasses.replace(base, openai=openai_config(server), anthropic=anthropic_config(server))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_the_schema_chooses_its_provider_and_values_are_located(
+    server: FakeServer, tmp_path: Path, provider: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    server.replies.append(Reply(body=chat(json.dumps(ANSWER)) if provider == "openai" else tool_use(ANSWER)))
+    extraction = await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": provider}, config_for(server))
+    assert extraction.result == ANSWER
+    assert extraction.page_count == 1
+    meta = extraction.meta
+    assert meta["provider"] == provider
+    assert meta["model"] in ("test-model", "claude-test")
+    assert meta["usage"]["requests"] == 1
+    assert meta["fields"]["/invoice_number"]["page"] == 1
+    assert meta["fields"]["/invoice_number"]["text"] == "INV-7"
+    assert meta["fields"]["/total"]["text"] == "$ 12.50"
+    assert meta["fields"]["/date"]["text"] == "12/03/2024"
+    assert len(meta["fields"]["/total"]["bbox"]) == 4
+    # docex's own keyword never reaches the provider.
+    assert "x-docex-provider" not in json.dumps(server.requests[0].body)
+    assert KEY not in caplog.text
+
+
+async def test_default_provider_comes_from_the_configuration(server: FakeServer, tmp_path: Path) -> None:
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    config = config_for(server)
+    config = dataclasses.replace(config, extraction=dataclasses.replace(config.extraction, provider="anthropic"))
+    server.replies.append(Reply(body=tool_use(ANSWER)))
+    extraction = await extract(path, filetypes.TXT, SCHEMA, config)
+    assert extraction.meta["provider"] == "anthropic"
+    rules = await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": "rules"}, config)
+    assert rules.meta["provider"] == "rules" and rules.result["invoice_number"] == "INV-7"
+    assert len(server.requests) == 1
+
+
+async def test_an_unknown_provider_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    with pytest.raises(PermanentJobError) as caught:
+        await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": "magic"}, load_config(environ={}))
+    assert caught.value.code == "AI_PROVIDER_ERROR"

@@ -1,0 +1,102 @@
+"""extract(): parsers in trio-parallel worker processes, errors as errorCodes,
+the provider chosen per schema, cancellation that kills the worker."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import trio
+from extraction_docs import INVOICE, SCHEMA
+
+from daemon.config import Config, load_config
+from daemon.errors import PermanentJobError
+from daemon.extraction import pipeline
+from daemon.extraction.pipeline import extract, in_worker
+from daemon.jobs import filetypes
+
+
+def config(max_pages: int = 500) -> Config:
+    base = load_config(environ={})
+    return dataclasses.replace(base, jobs=dataclasses.replace(base.jobs, max_pages=max_pages))
+
+
+async def test_a_native_pdf_through_the_worker(make_doc: Callable[..., Path]) -> None:
+    extraction = await extract(make_doc("pdf", pages=2), filetypes.PDF, SCHEMA, config())
+    assert extraction.page_count == 2
+    # Two identical pages: the header fields once, the table rows of both pages.
+    assert extraction.result["invoice_number"] == INVOICE["invoice_number"]
+    assert extraction.result["items"] == INVOICE["items"] * 2
+    meta = extraction.meta
+    assert meta["provider"] == "rules" and meta["model"] is None
+    assert meta["durationMs"] > 0
+    assert meta["fields"]["/items/3/description"]["page"] == 2
+    assert "usage" not in meta
+
+
+async def test_an_image_is_read_by_ocr_in_the_worker(make_doc: Callable[..., Path]) -> None:
+    extraction = await extract(make_doc("png"), filetypes.PNG, SCHEMA, config())
+    assert extraction.result["total"] == INVOICE["total"]
+    assert extraction.meta["fields"]["/total"]["confidence"] < 0.99
+
+
+@pytest.mark.parametrize(("data", "code"), [(b"%PDF-1.4\n" + b"\x00garbage" * 100, "CORRUPTED_FILE")])
+async def test_parser_errors_cross_the_process_boundary(tmp_path: Path, data: bytes, code: str) -> None:
+    path = tmp_path / "broken.pdf"
+    path.write_bytes(data)
+    with pytest.raises(PermanentJobError) as caught:
+        await extract(path, filetypes.PDF, SCHEMA, config())
+    assert caught.value.code == code
+
+
+async def test_the_page_limit_comes_from_the_configuration(make_doc: Callable[..., Path]) -> None:
+    path = make_doc("pdf", pages=3)
+    with pytest.raises(PermanentJobError) as caught:
+        await extract(path, filetypes.PDF, SCHEMA, config(max_pages=2))
+    assert caught.value.code == "TOO_MANY_PAGES"
+
+
+async def test_an_unsupported_type_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "x.bin"
+    path.write_bytes(b"\x00\x01")
+    with pytest.raises(PermanentJobError) as caught:
+        await extract(path, "application/octet-stream", SCHEMA, config())
+    assert caught.value.code == "UNSUPPORTED_FILE"
+
+
+def _die() -> None:
+    os._exit(3)
+
+
+async def test_a_worker_that_dies_fails_the_job_not_the_daemon() -> None:
+    with pytest.raises(PermanentJobError) as caught:
+        await in_worker(_die)
+    assert caught.value.code == "PARSE_FAILED"
+
+
+def _slow() -> None:
+    time.sleep(30)
+
+
+async def test_cancelling_a_job_kills_its_worker() -> None:
+    started = time.monotonic()
+    with trio.move_on_after(1.0) as scope:
+        await in_worker(_slow)
+    assert scope.cancelled_caught
+    assert time.monotonic() - started < 10
+
+
+def test_a_missing_tesseract_is_a_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(pipeline, "_ocr_checked", False)
+    with caplog.at_level(logging.WARNING):
+        assert pipeline.warn_if_ocr_missing() is False
+        assert pipeline.warn_if_ocr_missing() is False  # once per process
+    warnings = [r for r in caplog.records if getattr(r, "action", None) == "extraction.ocr_missing"]
+    assert len(warnings) == 1
+    assert "tesseract" in warnings[0].getMessage()
