@@ -75,6 +75,14 @@ class DatabaseConfig:
 @dataclass(frozen=True)
 class StorageConfig:
     backend: str = _setting("local", hot=False, doc="local | s3")
+    # The S3-compatible bucket of storage.backend = "s3", shared by processes on several hosts.
+    # An empty access key uses boto3's own chain (AWS_* variables, instance profile).
+    s3_bucket: str = _setting("", hot=False)
+    s3_region: str = _setting("us-east-1", hot=False)
+    s3_endpoint_url: str = _setting("", hot=False, doc="empty means AWS; set for MinIO and others")
+    s3_prefix: str = _setting("", hot=False, doc="key prefix of every blob, e.g. docex/")
+    s3_access_key_id: str = _setting("", hot=False)
+    s3_secret_access_key: Secret | None = _setting(None, hot=False)
 
 
 @dataclass(frozen=True)
@@ -130,7 +138,8 @@ class WebhooksConfig:
     backoff_cap_ms: int = _setting(6 * 3600 * 1000)
     max_attempts: int = _setting(8, env="WEBHOOK_MAX_ATTEMPTS")
     auto_disable_threshold: int = _setting(5, env="WEBHOOK_AUTO_DISABLE_THRESHOLD")
-    encryption_key: Secret | None = _setting(None, env="WEBHOOK_ENCRYPTION_KEY")
+    # Cold: secrets at rest are sealed with it; a new key needs a restart (and a re-encryption).
+    encryption_key: Secret | None = _setting(None, env="WEBHOOK_ENCRYPTION_KEY", hot=False)
     allow_http: bool = _setting(False)
     allow_private_networks: bool = _setting(False)
     secret_rotation_overlap_s: int = _setting(24 * 3600)
@@ -152,6 +161,23 @@ class AnthropicConfig:
     model: str = _setting("claude-sonnet-4-5")
     api_key: Secret | None = _setting(None)
     timeout_ms: int = _setting(120_000)
+
+
+@dataclass(frozen=True)
+class GoogleConfig:
+    """The OAuth client of the Google Drive integration; the URLs are overridable for tests."""
+
+    client_id: str = _setting("")
+    client_secret: Secret | None = _setting(None)
+    redirect_url: str = _setting("", doc="https://<host>/api/integrations/google-drive/callback")
+    auth_url: str = _setting("https://accounts.google.com/o/oauth2/v2/auth")
+    token_url: str = _setting("https://oauth2.googleapis.com/token")
+    api_base_url: str = _setting("https://www.googleapis.com/drive/v3")
+    timeout_ms: int = _setting(60_000)
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.client_id and self.client_secret and self.redirect_url)
 
 
 @dataclass(frozen=True)
@@ -177,6 +203,7 @@ class Config:
     extraction: ExtractionConfig = field(default_factory=ExtractionConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
     anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
+    google: GoogleConfig = field(default_factory=GoogleConfig)
 
     @property
     def data_path(self) -> Path:
@@ -402,6 +429,16 @@ def _validate(c: Config) -> list[str]:
     check(c.log.level in {"debug", "info", "warning", "error"},
           f"log.level: must be debug, info, warning or error (got {c.log.level!r})")
     check(c.storage.backend in {"local", "s3"}, f"storage.backend: must be local or s3 (got {c.storage.backend!r})")
+    if c.storage.backend == "s3":
+        check(bool(c.storage.s3_bucket), 'storage.s3_bucket: required when storage.backend = "s3"')
+    check(bool(c.storage.s3_access_key_id) == (c.storage.s3_secret_access_key is not None),
+          "storage.s3_access_key_id and storage.s3_secret_access_key: set both or neither")
+    for name, url in (("storage.s3_endpoint_url", c.storage.s3_endpoint_url),
+                      ("google.redirect_url", c.google.redirect_url), ("google.auth_url", c.google.auth_url),
+                      ("google.token_url", c.google.token_url), ("google.api_base_url", c.google.api_base_url)):
+        check(not url or bool(re.fullmatch(r"https?://[^\s/]+(/\S*)?", url)),
+              f"{name}: must be an http(s) URL (got {url!r})")
+    check(c.google.timeout_ms >= 1, "google.timeout: must be positive")
     check(c.database.pool_size >= 1, "database.pool_size: must be at least 1")
     check(c.auth.registration in {"open", "closed"},
           f"auth.registration: must be open or closed (got {c.auth.registration!r})")

@@ -2,7 +2,9 @@
 
 Every state change calls `record_event` inside the same transaction as the
 change, so an event exists if and only if its change committed: a crash can
-delay a webhook, never lose one (SPEC §9).
+delay a webhook, never lose one (SPEC §9). The event's deliveries are created
+in that same transaction (routing: `daemon.webhooks.routing`); callers set
+`services.deliveries_wakeup` once they have committed.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from daemon.storage.ids import new_id
+from daemon.storage.repos import webhooks as webhook_repo
 from daemon.storage.tables import events
 
 CATALOG: dict[str, str] = {
@@ -33,13 +36,23 @@ CATALOG: dict[str, str] = {
 
 def record_event(conn: Connection, *, user_id: str, type: str, data: dict[str, Any], now: dt.datetime,
                  schema_id: str | None = None, job_id: str | None = None,
-                 job_run_id: str | None = None) -> str:
-    """Write one event into the outbox; returns its id. Call inside the changing transaction."""
-    if type not in CATALOG:
+                 job_run_id: str | None = None, endpoint_id: str | None = None) -> str:
+    """Write one event into the outbox with its deliveries; returns its id. Call inside the
+    changing transaction.
+
+    The event goes to the endpoints routing picks, or, given `endpoint_id` (webhook.ping,
+    manual sends, whose type the caller has checked), to that endpoint only.
+    """
+    if endpoint_id is None and type not in CATALOG:
         raise ValueError(f"unknown event type {type!r}")
     event_id = new_id()
     conn.execute(events.insert().values(
         id=event_id, user_id=user_id, type=type, data=data, occurred_at=now,
         schema_id=schema_id, job_id=job_id, job_run_id=job_run_id,
     ))
+    if endpoint_id is None:
+        webhook_repo.enqueue_routed(conn, event_id=event_id, user_id=user_id, event_type=type,
+                                    schema_id=schema_id, now=now)
+    else:
+        webhook_repo.insert_delivery(conn, endpoint_id=endpoint_id, event_id=event_id, event_type=type, now=now)
     return event_id

@@ -42,6 +42,17 @@ class Metrics:
             "docex_job_attempts", "Job attempts by outcome (completed, retried, failed, lost).",
             ["outcome"], registry=self.registry,
         )
+        self.webhook_deliveries = Counter(
+            "docex_webhook_deliveries",
+            "Webhook delivery attempts by outcome (succeeded, retrying, dead, lost).",
+            ["outcome"], registry=self.registry,
+        )
+        self.webhook_delivery_latency = Histogram(
+            "docex_webhook_delivery_latency_seconds",
+            "Time from an event (or a replay) to the first attempt of its delivery.",
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+            registry=self.registry,
+        )
         self._refreshers: list[Callable[[], Awaitable[None]]] = []
 
     def add_refresher(self, refresh: Callable[[], Awaitable[None]]) -> None:

@@ -14,6 +14,7 @@ import secrets
 import urllib.parse
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -82,3 +83,15 @@ def app(services: Services):  # type: ignore[no-untyped-def]
 @pytest.fixture
 def client(app):  # type: ignore[no-untyped-def]
     return app.test_client()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """moto's standalone S3 server on loopback, one for the session (tests/moto_s3.py)."""
+    from moto_s3 import S3Server
+
+    server = S3Server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

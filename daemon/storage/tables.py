@@ -197,3 +197,73 @@ idempotency_keys = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False, index=True),
 )
+
+
+# --- webhooks (SPEC §9) -----------------------------------------------------------------
+
+webhook_endpoints = sa.Table(
+    "webhook_endpoints",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    sa.Column("url", sa.String(2048), nullable=False),
+    sa.Column("description", sa.String(500)),
+    sa.Column("delivery_mode", sa.String(10), nullable=False),
+    sa.Column("events", sa.JSON, nullable=False),
+    sa.Column("body_format", sa.String(20), nullable=False),
+    sa.Column("custom_headers", sa.JSON, nullable=False),
+    # AES-256-GCM under WEBHOOK_ENCRYPTION_KEY, bound to the row (daemon.crypto). During a
+    # rotation's overlap the previous secret still signs, until previous_secret_expires_at.
+    sa.Column("secret_sealed", sa.LargeBinary, nullable=False),
+    sa.Column("previous_secret_sealed", sa.LargeBinary),
+    sa.Column("previous_secret_expires_at", UTCDateTime),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("disabled_reason", sa.String(500)),
+    sa.Column("consecutive_dead_deliveries", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+# One event to one endpoint. PENDING/RETRYING deliveries are due from next_attempt_at;
+# a dispatcher sending one holds it with lease_owner until lease_expires_at (a crashed
+# process's delivery is due again once its lease has expired).
+deliveries = sa.Table(
+    "deliveries",
+    metadata,
+    _id(primary_key=True),
+    _id("endpoint_id", sa.ForeignKey("webhook_endpoints.id", ondelete="CASCADE"), nullable=False),
+    _id("event_id", sa.ForeignKey("events.id", ondelete="CASCADE"), nullable=False, index=True),
+    sa.Column("event_type", sa.String(40), nullable=False),
+    sa.Column("status", sa.String(10), nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("next_attempt_at", UTCDateTime),
+    sa.Column("last_attempt_at", UTCDateTime),
+    sa.Column("last_status_code", sa.Integer),
+    sa.Column("last_error", sa.Text),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("lease_owner", sa.String(64)),
+    sa.Column("lease_expires_at", UTCDateTime),
+    sa.Index("ix_deliveries_due", "status", "next_attempt_at"),
+    sa.Index("ix_deliveries_endpoint", "endpoint_id", "id"),
+)
+
+delivery_attempts = sa.Table(
+    "delivery_attempts",
+    metadata,
+    _id(primary_key=True),
+    _id("delivery_id", sa.ForeignKey("deliveries.id", ondelete="CASCADE"), nullable=False, index=True),
+    sa.Column("attempted_at", UTCDateTime, nullable=False),
+    sa.Column("duration_ms", sa.Integer, nullable=False),
+    sa.Column("status_code", sa.Integer),
+    sa.Column("error", sa.Text),
+    sa.Column("response_body", sa.Text),  # the first 1 KiB of the answer
+)
+
+
+# --- integrations (SPEC §10) ------------------------------------------------------------
+
+# A user's connection to a remote file store. `config` holds only what may be shown (the
+# S3 bucket, region, endpoint, prefix and the access key id's last four); credentials and
+# OAuth tokens are one JSON document sealed with AES-256-GCM under WEBHOOK_ENCRYPTION_KEY,
+# bound to the row (daemon.crypto). `oauth_nonce` is the nonce of the one signed OAuth
+# state that may still complete an authorization (cleared when it does).

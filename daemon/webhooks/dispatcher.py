@@ -1,17 +1,248 @@
-"""The webhook dispatcher: sleeps until the next due delivery or until woken."""
+"""The webhook dispatcher: sleeps until the next due delivery or until woken, then sends.
+
+    run_dispatcher
+    └── sends nursery: one task per claimed delivery, at most `webhooks.concurrency`
+        at once and `webhooks.per_endpoint_concurrency` per endpoint (per process)
+
+The loop claims due deliveries in small batches, leasing each to this process
+for ``WEBHOOK_TIMEOUT_MS`` plus a margin, and only as many as there is room
+for: a claimed delivery starts sending at once and never waits for a slot
+while its lease runs down. With nothing to claim it sleeps until the earliest
+next attempt or lease expiry, until an enqueue in this process sets
+`services.deliveries_wakeup`, until a send frees a slot it was short of, or
+for a slow poll that notices deliveries queued by other processes.
+
+Each send resolves and checks its host (`ssrf`), signs the exact body and
+records the attempt and the delivery's new status in one transaction
+(`repos.webhooks.record_attempt`), shielded from cancellation. Settings are
+read from `services.config` at each use, so SIGHUP applies at once.
+
+Shutdown: once `services.stopping` is set no more is claimed and in-flight
+sends finish (each is bounded by the timeout). A send cancelled past the
+grace period gives its delivery back (shielded write) without counting an
+attempt; it is sent again later with the same X-Webhook-Id. A crashed
+process's leased deliveries become due again when their leases expire.
+Delivery is therefore at least once: receivers deduplicate on X-Webhook-Id.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
 import trio
 
+from daemon.clock import iso, utcnow
+from daemon.crypto import SealError
 from daemon.services import Services
+from daemon.storage.repos import webhooks as repo
+from daemon.wakeup import Wakeup, wait_any
+from daemon.webhooks import bodies, schedule, sender
+from daemon.webhooks.keys import open_secret
+from daemon.webhooks.models import BodyFormat, DeliveryStatus
+from daemon.webhooks.signing import signature_header
+
+log = logging.getLogger(__name__)
+
+# How often an idle dispatcher looks for deliveries enqueued by *other* processes; an
+# enqueue in this process wakes it at once (see daemon.jobs.pool.POLL_S).
+POLL_S = {"postgresql": 2.0, "sqlite": 30.0}
+# A lease covers the attempt (bounded by the timeout) and the write of its outcome.
+LEASE_MARGIN_S = 5.0
+# Deliveries claimed per transaction at most.
+CLAIM_BATCH = 32
+# Final writes after cancellation must finish, but never hang a shutdown.
+_SHIELDED_WRITE_S = 10.0
+# After a database error the loop waits this long before trying again.
+_ERROR_BACKOFF_S = 1.0
+# Something is due but could not be claimed (another process holds its row lock): look again soon.
+_CONTENDED_S = 0.02
+
+
+class _Slots:
+    """Sends in flight, in total and per endpoint; `freed` is set whenever one ends."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.per_endpoint: Counter[str] = Counter()
+        self.freed = Wakeup()
+
+    def take(self, endpoint_id: str) -> None:
+        self.total += 1
+        self.per_endpoint[endpoint_id] += 1
+
+    def give_back(self, endpoint_id: str) -> None:
+        self.total -= 1
+        self.per_endpoint[endpoint_id] -= 1
+        if self.per_endpoint[endpoint_id] <= 0:
+            del self.per_endpoint[endpoint_id]
+        self.freed.set()
 
 
 async def run_dispatcher(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    """Send due deliveries until the process drains (idle until webhooks exist)."""
-    services.running["dispatcher"] = True
-    task_status.started()
+    """Send due deliveries until the process drains; return once in-flight sends are done."""
+    owner = f"{socket.gethostname()[:30]}:{os.getpid()}:webhooks:{time.monotonic_ns() % 10**9}"
+    slots = _Slots()
+    async with sender.open_client() as client, trio.open_nursery() as sends:
+        services.running["dispatcher"] = True
+        task_status.started()
+        try:
+            await _claim_loop(services, client, owner, slots, sends)
+        finally:
+            services.running["dispatcher"] = False
+
+
+async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str, slots: _Slots,
+                      sends: trio.Nursery) -> None:
+    poll_s = POLL_S[services.db.url.get_backend_name()]
+    while not services.stopping.is_set():
+        config = services.config.webhooks
+        room = config.concurrency - slots.total
+        try:
+            claimed: list[Any] = []
+            if room > 0:
+                limit = min(room, CLAIM_BATCH)
+                claimed = await services.db.run(
+                    repo.claim_due,
+                    owner=owner,
+                    now=utcnow(),
+                    lease_s=config.timeout_ms / 1000 + LEASE_MARGIN_S,
+                    limit=limit,
+                    room={ep: config.per_endpoint_concurrency - n for ep, n in slots.per_endpoint.items()},
+                    default_room=config.per_endpoint_concurrency,
+                )
+                for row in claimed:
+                    slots.take(row.endpoint_id)
+                    sends.start_soon(_deliver, services, client, owner, row, slots)
+                if len(claimed) == limit:
+                    continue  # more may be due right now
+            waits: list[Callable[[], Awaitable[object]]] = [services.stopping.wait]
+            if slots.total >= config.concurrency:
+                waits.append(slots.freed.sleep)
+            else:
+                busy = [ep for ep, n in slots.per_endpoint.items() if n >= config.per_endpoint_concurrency]
+                due = await services.db.read(repo.next_due, now=utcnow(), skip_endpoints=busy)
+                delay = poll_s
+                if due is not None:
+                    delay = min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
+                    if delay == 0.0 and not claimed:
+                        delay = _CONTENDED_S
+                waits.append(functools.partial(services.deliveries_wakeup.sleep, delay))
+                if busy:
+                    waits.append(slots.freed.sleep)
+        except Exception:
+            log.exception("dispatcher: database error", extra={"action": "webhooks.claim_failed"})
+            waits = [services.stopping.wait, functools.partial(trio.sleep, _ERROR_BACKOFF_S)]
+        await wait_any(*waits)
+
+
+def _request(services: Services, row: Any, now_s: int) -> tuple[bytes, dict[str, str]]:
+    """The body and headers of one attempt (raises SealError if the secret does not open)."""
+    config = services.config.webhooks
+    envelope: bodies.Envelope = {"id": row.event_id, "type": row.type, "data": row.data,
+                                 "occurredAt": iso(row.occurred_at) or ""}
+    fmt = BodyFormat(row.body_format)
+    body = bodies.encode(envelope, fmt)
+    keys = [open_secret(config, row.endpoint_id, row.secret_sealed)]
+    if row.previous_secret_sealed is not None and row.previous_secret_expires_at is not None \
+            and row.previous_secret_expires_at.timestamp() > now_s:
+        keys.append(open_secret(config, row.endpoint_id, row.previous_secret_sealed))
+    headers = sender.request_headers(
+        content_type=fmt.content_type,
+        delivery_id=row.id,
+        event_type=row.type,
+        timestamp=now_s,
+        signature=signature_header(keys, now_s, body),
+        custom=row.custom_headers or {},
+    )
+    return body, headers
+
+
+async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, row: Any, slots: _Slots) -> None:
+    """One attempt of a claimed delivery, recorded; or, if cancelled before the outcome is
+    known, the delivery given back."""
+    config = services.config.webhooks
+    metrics = services.metrics
+    settled = False
     try:
-        await services.stopping.wait()
+        started = utcnow()
+        if row.attempts == 0:
+            metrics.webhook_delivery_latency.observe(max(0.0, (started - row.created_at).total_seconds()))
+        outcome = await _attempt(services, client, row, started)
+        settled = True
+        status, next_at = schedule.after_attempt(
+            succeeded=outcome.succeeded, attempts=row.attempts + 1, now=utcnow(),
+            policy=schedule.RetryPolicy.of(config), retry_after_s=outcome.retry_after_s,
+        )
+        attempt = repo.Attempt(at=started, duration_ms=outcome.duration_ms, status_code=outcome.status_code,
+                               error=outcome.error, response_body=outcome.response_body)
+        recorded = None
+        with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+            try:
+                recorded = await services.db.run(
+                    repo.record_attempt, delivery_id=row.id, endpoint_id=row.endpoint_id, owner=owner,
+                    attempt=attempt, status=status, next_attempt_at=next_at,
+                    auto_disable_threshold=config.auto_disable_threshold,
+                )
+            except Exception:
+                # The lease expires and the delivery is sent again: at least once.
+                log.exception("could not record a delivery attempt",
+                              extra={"action": "webhooks.record_failed", "delivery_id": row.id})
+        _report(services, row, outcome, status, recorded)
+        if next_at is not None:
+            services.deliveries_wakeup.set()  # the loop recomputes its sleep to the retry time
     finally:
-        services.running["dispatcher"] = False
+        if not settled:
+            with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+                try:
+                    await services.db.run(repo.release, delivery_ids=[row.id], owner=owner)
+                    log.info("delivery released", extra={"action": "webhooks.released", "delivery_id": row.id})
+                except Exception:  # its lease expires instead
+                    log.exception("could not release a delivery",
+                                  extra={"action": "webhooks.release_failed", "delivery_id": row.id})
+        slots.give_back(row.endpoint_id)
+
+
+async def _attempt(services: Services, client: httpx.AsyncClient, row: Any, started: dt.datetime) -> sender.Outcome:
+    """Build, sign and send one attempt; whatever goes wrong is an outcome, not an exception."""
+    config = services.config.webhooks
+    try:
+        body, headers = _request(services, row, int(started.timestamp()))
+        return await sender.send(client, url=row.url, body=body, headers=headers, timeout_s=config.timeout_ms / 1000,
+                                 allow_private=config.allow_private_networks)
+    except SealError:
+        return sender.Outcome(duration_ms=0, error="the signing secret does not open with WEBHOOK_ENCRYPTION_KEY "
+                                                   "(was the key changed?)")
+    except Exception as exc:  # a bug, not the receiver: keep the dispatcher, retry the delivery
+        log.exception("delivery attempt crashed", extra={"action": "webhooks.crashed", "delivery_id": row.id})
+        return sender.Outcome(duration_ms=0, error=f"internal error ({type(exc).__name__}); see the daemon log")
+
+
+def _report(services: Services, row: Any, outcome: sender.Outcome, status: DeliveryStatus,
+            recorded: repo.Recorded | None) -> None:
+    label = "lost" if recorded is None else {
+        DeliveryStatus.SUCCEEDED: "succeeded", DeliveryStatus.RETRYING: "retrying", DeliveryStatus.DEAD: "dead",
+    }[status]
+    services.metrics.webhook_deliveries.labels(label).inc()
+    extra = {
+        "action": f"webhooks.{label}", "delivery_id": row.id, "endpoint_id": row.endpoint_id,
+        "event_type": row.type, "attempt": row.attempts + 1, "status_code": outcome.status_code,
+        "duration_ms": outcome.duration_ms, "error": outcome.error,
+    }
+    if label == "succeeded":
+        log.debug("delivered", extra=extra)
+    elif label == "lost":
+        log.warning("delivery no longer ours (endpoint deleted or lease expired)", extra=extra)
+    else:
+        log.info("delivery attempt failed", extra=extra)
+    if recorded is not None and recorded.endpoint_disabled:
+        log.warning("webhook endpoint disabled after consecutive dead deliveries",
+                    extra={"action": "webhooks.endpoint_disabled", "endpoint_id": row.endpoint_id})

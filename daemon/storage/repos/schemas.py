@@ -16,6 +16,7 @@ from sqlalchemy.engine import Connection, Row
 
 from daemon.errors import BadRequest
 from daemon.storage.ids import new_id
+from daemon.storage.repos.webhooks import unknown_endpoint_ids
 from daemon.storage.tables import schemas
 
 # Columns a PATCH may change.
@@ -25,11 +26,11 @@ UPDATABLE = frozenset({"name", "description", "definition", "webhook_endpoint_id
 def check_endpoint_ids(conn: Connection, user_id: str, ids: Sequence[str]) -> list[str]:
     """Problems with binding webhook endpoints `ids` to a schema of `user_id`; empty if none.
 
-    The webhook endpoints table does not exist yet: this returns [] for now, and the
-    webhooks issue fills it in (each id must name one of the caller's own endpoints;
-    a problem reads ``webhookEndpointIds[1] is not one of your webhook endpoints``).
+    Each id must name one of the caller's own endpoints; a problem reads
+    ``webhookEndpointIds[1] is not one of your webhook endpoints``.
     """
-    return []
+    return [f"webhookEndpointIds[{i}] is not one of your webhook endpoints"
+            for i in unknown_endpoint_ids(conn, user_id, ids)]
 
 
 def create_schema(conn: Connection, *, user_id: str, name: str, description: str | None,

@@ -1,0 +1,461 @@
+"""Webhook endpoints, deliveries and attempts. Each function is one unit of work run by
+`Database.run`/`Database.read` (or a part of one, such as `enqueue_routed` inside
+`daemon.events.record_event`).
+
+Every lookup is scoped to its owner: another user's endpoint or delivery does not
+exist for the caller.
+
+The dispatcher's queue: a PENDING or RETRYING delivery of an enabled endpoint is
+due from `next_attempt_at`. `claim_due` leases due deliveries to one dispatcher
+(PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so processes never claim the same row;
+SQLite: under its single writer lock); `record_attempt` writes the outcome and
+drops the lease in one transaction, and only if the lease is still held. A
+delivery whose lease expired (its process died) is simply due again.
+
+Deliveries of a disabled endpoint are left as they are, PENDING or RETRYING, and
+are not claimed: they resume if the endpoint is enabled again. Deleting an
+endpoint deletes its deliveries.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from daemon.errors import Conflict, NotFound
+from daemon.storage.ids import new_id
+from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, webhook_endpoints
+from daemon.webhooks.models import DUE_STATUSES, DeliveryMode, DeliveryStatus
+from daemon.webhooks.routing import Subscriber, route
+
+# Columns a PATCH may change.
+UPDATABLE = frozenset({"url", "description", "delivery_mode", "events", "body_format", "custom_headers", "enabled"})
+DISABLED_BY_USER = "Disabled with PATCH {enabled: false}"
+
+
+# --- endpoints ---------------------------------------------------------------------------
+
+
+def create_endpoint(
+    conn: Connection,
+    *,
+    endpoint_id: str,
+    user_id: str,
+    url: str,
+    description: str | None,
+    delivery_mode: str,
+    events: Sequence[str],
+    body_format: str,
+    custom_headers: Mapping[str, str],
+    secret_sealed: bytes,
+    now: dt.datetime,
+) -> Row[Any]:
+    """Store a new, enabled endpoint (its settings already checked, its secret sealed for `endpoint_id`)."""
+    conn.execute(webhook_endpoints.insert().values(
+        id=endpoint_id, user_id=user_id, url=url, description=description, delivery_mode=delivery_mode,
+        events=list(events), body_format=body_format, custom_headers=dict(custom_headers),
+        secret_sealed=secret_sealed, enabled=True, consecutive_dead_deliveries=0, created_at=now, updated_at=now,
+    ))
+    return conn.execute(sa.select(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id)).one()
+
+
+def get_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> Row[Any] | None:
+    return conn.execute(
+        sa.select(webhook_endpoints)
+        .where(webhook_endpoints.c.id == endpoint_id, webhook_endpoints.c.user_id == user_id)
+    ).first()
+
+
+def owned_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> Row[Any]:
+    """The endpoint, or NotFound (also for another user's)."""
+    endpoint = get_endpoint(conn, user_id, endpoint_id)
+    if endpoint is None:
+        raise NotFound("Webhook endpoint not found")
+    return endpoint
+
+
+def list_endpoints(conn: Connection, user_id: str, limit: int, cursor: str | None) -> list[Row[Any]]:
+    """Up to ``limit + 1`` endpoints of `user_id`, newest first, after `cursor`."""
+    query = (sa.select(webhook_endpoints).where(webhook_endpoints.c.user_id == user_id)
+             .order_by(webhook_endpoints.c.id.desc()).limit(limit + 1))
+    if cursor:
+        query = query.where(webhook_endpoints.c.id < cursor)
+    return list(conn.execute(query))
+
+
+def bound_schemas(conn: Connection, user_id: str, endpoint_ids: Collection[str]) -> dict[str, list[str]]:
+    """For each of `endpoint_ids`, the ids of the owner's live schemas bound to it (oldest first)."""
+    out: dict[str, list[str]] = {endpoint_id: [] for endpoint_id in endpoint_ids}
+    rows = conn.execute(
+        sa.select(schemas.c.id, schemas.c.webhook_endpoint_ids)
+        .where(schemas.c.user_id == user_id, schemas.c.deleted_at.is_(None))
+        .order_by(schemas.c.id)
+    )
+    for schema_id, bound in rows:
+        for endpoint_id in bound or ():
+            if endpoint_id in out:
+                out[endpoint_id].append(schema_id)
+    return out
+
+
+def update_endpoint(conn: Connection, user_id: str, endpoint_id: str, changes: Mapping[str, Any],
+                    now: dt.datetime) -> Row[Any]:
+    """Apply `changes` (columns in `UPDATABLE`, already checked) to an endpoint of `user_id`.
+
+    ``enabled: true`` re-enables it and resets its dead counter; ``enabled: false``
+    disables it with a reason saying so.
+
+    Raises:
+        NotFound: no such endpoint of `user_id`.
+    """
+    assert changes.keys() <= UPDATABLE, changes.keys() - UPDATABLE
+    endpoint = owned_endpoint(conn, user_id, endpoint_id)
+    values = dict(changes)
+    if values.get("enabled") is True:
+        values |= {"disabled_reason": None, "consecutive_dead_deliveries": 0}
+    elif values.get("enabled") is False and endpoint.enabled:
+        values["disabled_reason"] = DISABLED_BY_USER
+    elif "enabled" in values and values["enabled"] == endpoint.enabled:
+        del values["enabled"]
+    if values:
+        conn.execute(webhook_endpoints.update().where(webhook_endpoints.c.id == endpoint_id)
+                     .values(**values, updated_at=now))
+    return owned_endpoint(conn, user_id, endpoint_id)
+
+
+def rotate_secret(conn: Connection, user_id: str, endpoint_id: str, *, new_sealed: bytes, now: dt.datetime,
+                  overlap_s: int) -> None:
+    """Make `new_sealed` the signing secret; the current one keeps signing for `overlap_s`.
+
+    Raises:
+        NotFound: no such endpoint of `user_id`.
+    """
+    endpoint = owned_endpoint(conn, user_id, endpoint_id)
+    conn.execute(webhook_endpoints.update().where(webhook_endpoints.c.id == endpoint_id).values(
+        secret_sealed=new_sealed,
+        previous_secret_sealed=endpoint.secret_sealed if overlap_s > 0 else None,
+        previous_secret_expires_at=now + dt.timedelta(seconds=overlap_s) if overlap_s > 0 else None,
+        updated_at=now,
+    ))
+
+
+def delete_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> None:
+    """Delete the endpoint with its deliveries, and unbind it from the owner's schemas.
+
+    Raises:
+        NotFound: no such endpoint of `user_id`.
+    """
+    owned_endpoint(conn, user_id, endpoint_id)
+    bound = conn.execute(sa.select(schemas.c.id, schemas.c.webhook_endpoint_ids).where(schemas.c.user_id == user_id))
+    for schema_id, ids in list(bound):
+        if ids and endpoint_id in ids:
+            conn.execute(schemas.update().where(schemas.c.id == schema_id)
+                         .values(webhook_endpoint_ids=[i for i in ids if i != endpoint_id]))
+    conn.execute(webhook_endpoints.delete().where(webhook_endpoints.c.id == endpoint_id))
+
+
+def unknown_endpoint_ids(conn: Connection, user_id: str, ids: Sequence[str]) -> list[int]:
+    """Positions in `ids` that do not name an endpoint of `user_id`."""
+    if not ids:
+        return []
+    found = set(conn.execute(
+        sa.select(webhook_endpoints.c.id)
+        .where(webhook_endpoints.c.user_id == user_id, webhook_endpoints.c.id.in_(list(ids)))
+    ).scalars())
+    return [i for i, endpoint_id in enumerate(ids) if endpoint_id not in found]
+
+
+# --- deliveries: creation ------------------------------------------------------------------
+
+
+def insert_delivery(conn: Connection, *, endpoint_id: str, event_id: str, event_type: str,
+                    now: dt.datetime) -> str:
+    """A new delivery of an event to an endpoint, due now; returns its id."""
+    delivery_id = new_id()
+    conn.execute(deliveries.insert().values(
+        id=delivery_id, endpoint_id=endpoint_id, event_id=event_id, event_type=event_type,
+        status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=now, created_at=now,
+    ))
+    return delivery_id
+
+
+def enqueue_routed(conn: Connection, *, event_id: str, user_id: str, event_type: str, schema_id: str | None,
+                   now: dt.datetime) -> list[str]:
+    """Create the deliveries of a new event to the endpoints routing picks (`daemon.webhooks.routing`);
+    returns their ids. Runs inside the transaction that records the event."""
+    bound: list[str] = []
+    if schema_id is not None:
+        # A deleted schema still binds: jobs queued on it before the delete end with events.
+        bound = list(conn.execute(sa.select(schemas.c.webhook_endpoint_ids).where(
+            schemas.c.id == schema_id, schemas.c.user_id == user_id)).scalar() or [])
+    query = sa.select(webhook_endpoints.c.id, webhook_endpoints.c.delivery_mode, webhook_endpoints.c.events).where(
+        webhook_endpoints.c.user_id == user_id, webhook_endpoints.c.enabled.is_(True))
+    if bound:
+        query = query.where(webhook_endpoints.c.id.in_(bound))
+    else:
+        query = query.where(webhook_endpoints.c.delivery_mode == DeliveryMode.AUTOMATIC)
+    subscribers = [Subscriber(id=row.id, enabled=True, mode=row.delivery_mode, patterns=row.events)
+                   for row in conn.execute(query.order_by(webhook_endpoints.c.id))]
+    return [insert_delivery(conn, endpoint_id=endpoint_id, event_id=event_id, event_type=event_type, now=now)
+            for endpoint_id in route(event_type, subscribers, bound)]
+
+
+def send_event(conn: Connection, user_id: str, endpoint_id: str, *, type: str, data: dict[str, Any],
+               now: dt.datetime) -> Row[Any]:
+    """Record an event addressed to one endpoint (webhook.ping, a manual send) with its delivery.
+
+    Raises:
+        NotFound: no such endpoint of `user_id`.
+        Conflict: the endpoint is disabled (nothing would be sent).
+    """
+    from daemon.events import record_event  # events routes through this module
+
+    endpoint = owned_endpoint(conn, user_id, endpoint_id)
+    if not endpoint.enabled:
+        raise Conflict("Webhook endpoint is disabled; enable it with PATCH {\"enabled\": true} first")
+    event_id = record_event(conn, user_id=user_id, type=type, data=data, now=now, endpoint_id=endpoint_id)
+    return conn.execute(sa.select(deliveries).where(deliveries.c.event_id == event_id)).one()
+
+
+def replay(conn: Connection, user_id: str, delivery_id: str, now: dt.datetime) -> Row[Any]:
+    """A new delivery (new id) of the same event to the same endpoint, due now. Any status may be
+    replayed; a disabled endpoint's replay waits until the endpoint is enabled again.
+
+    Raises:
+        NotFound: no such delivery of `user_id`.
+    """
+    original = get_delivery(conn, user_id, delivery_id)
+    if original is None:
+        raise NotFound("Webhook delivery not found")
+    new = insert_delivery(conn, endpoint_id=original.endpoint_id, event_id=original.event_id,
+                          event_type=original.event_type, now=now)
+    return _delivery(conn, new)
+
+
+# --- deliveries: reading -------------------------------------------------------------------
+
+
+def _delivery(conn: Connection, delivery_id: str) -> Row[Any]:
+    return conn.execute(sa.select(deliveries).where(deliveries.c.id == delivery_id)).one()
+
+
+def get_delivery(conn: Connection, user_id: str, delivery_id: str) -> Row[Any] | None:
+    return conn.execute(
+        sa.select(deliveries)
+        .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
+        .where(deliveries.c.id == delivery_id, webhook_endpoints.c.user_id == user_id)
+    ).first()
+
+
+@dataclass(frozen=True)
+class DeliveryFilter:
+    status: str | None = None
+    event_type: str | None = None
+
+
+def list_deliveries(conn: Connection, user_id: str, endpoint_id: str, where: DeliveryFilter, limit: int,
+                    cursor: str | None) -> list[Row[Any]]:
+    """Up to ``limit + 1`` deliveries of an endpoint of `user_id`, newest first.
+
+    Raises:
+        NotFound: no such endpoint of `user_id`.
+    """
+    owned_endpoint(conn, user_id, endpoint_id)
+    query = (sa.select(deliveries).where(deliveries.c.endpoint_id == endpoint_id)
+             .order_by(deliveries.c.id.desc()).limit(limit + 1))
+    if where.status:
+        query = query.where(deliveries.c.status == where.status)
+    if where.event_type:
+        query = query.where(deliveries.c.event_type == where.event_type)
+    if cursor:
+        query = query.where(deliveries.c.id < cursor)
+    return list(conn.execute(query))
+
+
+def list_attempts(conn: Connection, delivery_id: str) -> list[Row[Any]]:
+    """Every attempt of a delivery, oldest first."""
+    return list(conn.execute(
+        sa.select(delivery_attempts).where(delivery_attempts.c.delivery_id == delivery_id)
+        .order_by(delivery_attempts.c.attempted_at, delivery_attempts.c.id)
+    ))
+
+
+# --- the dispatcher's queue ----------------------------------------------------------------
+
+
+def _due(now: dt.datetime) -> sa.ColumnElement[bool]:
+    return sa.and_(
+        deliveries.c.status.in_(DUE_STATUSES),
+        deliveries.c.next_attempt_at <= now,
+        sa.or_(deliveries.c.lease_expires_at.is_(None), deliveries.c.lease_expires_at < now),
+    )
+
+
+def claim_due(
+    conn: Connection,
+    *,
+    owner: str,
+    now: dt.datetime,
+    lease_s: float,
+    limit: int,
+    room: Mapping[str, int],
+    default_room: int,
+) -> list[Row[Any]]:
+    """Lease up to `limit` due deliveries to `owner`, at most ``room[endpoint]`` (else
+    `default_room`) per endpoint; endpoints with no room are skipped. Each row carries
+    what a send needs: the delivery, its endpoint's settings and sealed secrets, its event.
+
+    PostgreSQL skips rows another process is claiming (FOR UPDATE SKIP LOCKED);
+    SQLite runs this under its single writer lock (BEGIN IMMEDIATE).
+    """
+    full = [endpoint_id for endpoint_id, free in room.items() if free <= 0]
+    query = (
+        sa.select(deliveries.c.id, deliveries.c.endpoint_id)
+        .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
+        .where(_due(now), webhook_endpoints.c.enabled.is_(True))
+        .order_by(deliveries.c.next_attempt_at, deliveries.c.id)
+        # Candidates beyond `limit`, so one busy endpoint does not hide the others' deliveries.
+        .limit(limit * 4)
+    )
+    if full:
+        query = query.where(deliveries.c.endpoint_id.not_in(full))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update(skip_locked=True, of=deliveries)
+    taken: list[str] = []
+    free = dict(room)
+    for delivery_id, endpoint_id in conn.execute(query):
+        if len(taken) >= limit:
+            break
+        left = free.get(endpoint_id, default_room)
+        if left > 0:
+            taken.append(delivery_id)
+            free[endpoint_id] = left - 1
+    if not taken:
+        return []
+    conn.execute(deliveries.update().where(deliveries.c.id.in_(taken)).values(
+        lease_owner=owner, lease_expires_at=now + dt.timedelta(seconds=lease_s)))
+    return list(conn.execute(
+        sa.select(
+            deliveries.c.id, deliveries.c.endpoint_id, deliveries.c.event_id, deliveries.c.event_type,
+            deliveries.c.attempts, deliveries.c.created_at,
+            webhook_endpoints.c.url, webhook_endpoints.c.body_format, webhook_endpoints.c.custom_headers,
+            webhook_endpoints.c.secret_sealed, webhook_endpoints.c.previous_secret_sealed,
+            webhook_endpoints.c.previous_secret_expires_at,
+            events.c.type.label("type"), events.c.data, events.c.occurred_at,
+        )
+        .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
+        .join(events, events.c.id == deliveries.c.event_id)
+        .where(deliveries.c.id.in_(taken))
+        .order_by(deliveries.c.next_attempt_at, deliveries.c.id)
+    ))
+
+
+def next_due(conn: Connection, *, now: dt.datetime, skip_endpoints: Collection[str] = ()) -> dt.datetime | None:
+    """When a delivery (of an endpoint not in `skip_endpoints`) may next be claimed: the earliest
+    next attempt of an unleased one, or the earliest expiry of a held lease. None: nothing waits."""
+    base = (sa.select().select_from(deliveries)
+            .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
+            .where(deliveries.c.status.in_(DUE_STATUSES), webhook_endpoints.c.enabled.is_(True)))
+    if skip_endpoints:
+        base = base.where(deliveries.c.endpoint_id.not_in(list(skip_endpoints)))
+    free = conn.execute(base.add_columns(sa.func.min(deliveries.c.next_attempt_at)).where(
+        sa.or_(deliveries.c.lease_expires_at.is_(None), deliveries.c.lease_expires_at < now))).scalar()
+    held = conn.execute(base.add_columns(sa.func.min(deliveries.c.lease_expires_at)).where(
+        deliveries.c.lease_expires_at >= now)).scalar()
+    times = [_as_utc(v) for v in (free, held) if v is not None]
+    return min(times) if times else None
+
+
+def _as_utc(value: Any) -> dt.datetime:
+    # min() over a SQLite column comes back as text, outside the column's type.
+    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    assert isinstance(parsed, dt.datetime)
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt as the dispatcher saw it."""
+
+    at: dt.datetime
+    duration_ms: int
+    status_code: int | None
+    error: str | None
+    response_body: str | None
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What recording an attempt changed beyond the delivery."""
+
+    endpoint_disabled: bool = False
+
+
+def record_attempt(
+    conn: Connection,
+    *,
+    delivery_id: str,
+    endpoint_id: str,
+    owner: str,
+    attempt: Attempt,
+    status: DeliveryStatus,
+    next_attempt_at: dt.datetime | None,
+    auto_disable_threshold: int,
+) -> Recorded | None:
+    """Write one attempt and the delivery's new status, dropping the lease; None (nothing
+    written) if `owner` no longer holds it (the endpoint was deleted, or the lease expired
+    and another dispatcher took the delivery).
+
+    A success resets the endpoint's dead counter; a DEAD delivery increments it, and the
+    endpoint is disabled when it reaches `auto_disable_threshold`.
+    """
+    done = conn.execute(
+        deliveries.update()
+        .where(deliveries.c.id == delivery_id, deliveries.c.lease_owner == owner)
+        .values(
+            status=status, attempts=deliveries.c.attempts + 1, next_attempt_at=next_attempt_at,
+            last_attempt_at=attempt.at, last_status_code=attempt.status_code, last_error=attempt.error,
+            lease_owner=None, lease_expires_at=None,
+        )
+    )
+    if done.rowcount != 1:
+        return None
+    conn.execute(delivery_attempts.insert().values(
+        id=new_id(), delivery_id=delivery_id, attempted_at=attempt.at, duration_ms=attempt.duration_ms,
+        status_code=attempt.status_code, error=attempt.error, response_body=attempt.response_body,
+    ))
+    endpoint = webhook_endpoints.c
+    if status is DeliveryStatus.SUCCEEDED:
+        conn.execute(webhook_endpoints.update()
+                     .where(endpoint.id == endpoint_id, endpoint.consecutive_dead_deliveries != 0)
+                     .values(consecutive_dead_deliveries=0))
+    elif status is DeliveryStatus.DEAD:
+        conn.execute(webhook_endpoints.update().where(endpoint.id == endpoint_id)
+                     .values(consecutive_dead_deliveries=endpoint.consecutive_dead_deliveries + 1))
+        reason = (f"Disabled automatically after {auto_disable_threshold} consecutive dead deliveries "
+                  f"(WEBHOOK_AUTO_DISABLE_THRESHOLD); last error: {attempt.error}")[:500]
+        disabled = conn.execute(
+            webhook_endpoints.update()
+            .where(endpoint.id == endpoint_id, endpoint.enabled.is_(True),
+                   endpoint.consecutive_dead_deliveries >= auto_disable_threshold)
+            .values(enabled=False, disabled_reason=reason, updated_at=attempt.at)
+        )
+        return Recorded(endpoint_disabled=disabled.rowcount == 1)
+    return Recorded()
+
+
+def release(conn: Connection, *, delivery_ids: Sequence[str], owner: str) -> int:
+    """Give back deliveries claimed but not sent (shutdown): due again at once, no attempt counted."""
+    if not delivery_ids:
+        return 0
+    return conn.execute(
+        deliveries.update()
+        .where(deliveries.c.id.in_(list(delivery_ids)), deliveries.c.lease_owner == owner)
+        .values(lease_owner=None, lease_expires_at=None)
+    ).rowcount
+

@@ -1,0 +1,104 @@
+"""The rules an endpoint's settings must follow (pure): one message per broken rule,
+worded like the rest of the API (``"url must be a URL address"``).
+
+URL: absolute http(s) with a host, no credentials, https unless
+``webhooks.allow_http``, and not a literal private, loopback or link-local
+address (nor ``localhost``) unless ``webhooks.allow_private_networks``; a
+host name is checked again at each attempt, when it is resolved.
+
+Events: non-empty for AUTOMATIC; each a known type, ``*`` or ``prefix.*``.
+
+Custom headers: at most 20; names are HTTP tokens (RFC 9110 §5.6.2); values
+printable ASCII (tab allowed), at most 4096 characters; none may be
+``Content-Type``, an ``X-Webhook-*`` header, or a header that frames the
+request (Host, Content-Length, Transfer-Encoding, Connection, …), in any case.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping, Sequence
+
+import httpx
+
+from daemon.webhooks import ssrf
+from daemon.webhooks.models import MAX_CUSTOM_HEADERS, DeliveryMode
+from daemon.webhooks.routing import valid_pattern
+
+MAX_URL_LENGTH = 2048
+MAX_HEADER_VALUE_LENGTH = 4096
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_VALUE = re.compile(r"[\t\x20-\x7e]*")
+# Headers that say how the request is framed or routed: docex sets them, or must not have them.
+_FRAMING = frozenset({
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te", "trailer",
+    "expect", "proxy-connection", "proxy-authorization",
+})
+
+
+def url_problems(url: str, *, allow_http: bool, allow_private: bool) -> list[str]:
+    """Problems with `url` as a webhook target; empty if it is acceptable."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        return ["url must be a URL address"]
+    if parsed.scheme not in ("http", "https") or not parsed.host or not parsed.is_absolute_url:
+        return ["url must be a URL address"]
+    problems = []
+    if parsed.scheme == "http" and not allow_http:
+        problems.append("url must use https (plain http is off: webhooks.allow_http)")
+    if parsed.userinfo:
+        problems.append("url must not contain a user name or password (send credentials in customHeaders)")
+    if not allow_private:
+        host = parsed.host.lower().rstrip(".")
+        literal = ssrf.parse_ip(host)
+        if host == "localhost" or host.endswith(".localhost") or (
+            literal is not None and ssrf.refusal(literal) is not None
+        ):
+            problems.append("url must not point to a private, loopback or link-local address "
+                            "(webhooks.allow_private_networks is off)")
+    return problems
+
+
+def events_problems(events: Sequence[str], mode: str, known_types: Collection[str]) -> list[str]:
+    """Problems with the subscription patterns of an endpoint in delivery `mode`."""
+    problems = []
+    if mode == DeliveryMode.AUTOMATIC and not events:
+        problems.append("events should not be empty (an AUTOMATIC endpoint subscribes through events)")
+    for i, pattern in enumerate(events):
+        if not valid_pattern(pattern, known_types):
+            problems.append(f'events[{i}] must be an event type of the catalog, "*" or a "prefix.*" pattern '
+                            f"(got {pattern!r})")
+    if len(set(events)) != len(events):
+        problems.append("All events's elements must be unique")
+    return problems
+
+
+def header_problems(headers: Mapping[str, str]) -> list[str]:
+    """Problems with an endpoint's custom headers."""
+    if len(headers) > MAX_CUSTOM_HEADERS:
+        return [f"customHeaders must contain no more than {MAX_CUSTOM_HEADERS} headers"]
+    problems = []
+    seen: dict[str, str] = {}
+    for name, value in headers.items():
+        lower = name.lower()
+        if not _TOKEN.fullmatch(name):
+            problems.append(
+                f"customHeaders.{name} must be a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~)")
+            continue
+        if lower == "content-type":
+            problems.append(f"customHeaders.{name} cannot be set: docex sets Content-Type from bodyFormat")
+        elif lower.startswith("x-webhook-"):
+            problems.append(f"customHeaders.{name} cannot be set: X-Webhook-* headers are docex's own")
+        elif lower in _FRAMING:
+            problems.append(f"customHeaders.{name} cannot be set: it frames the request, docex sets it")
+        if lower in seen:
+            problems.append(f"customHeaders.{name} repeats {seen[lower]} (header names are case-insensitive)")
+        seen.setdefault(lower, name)
+        if not _VALUE.fullmatch(value):
+            problems.append(
+                f"customHeaders.{name} must be printable ASCII, without CR, LF or other control characters")
+        elif len(value) > MAX_HEADER_VALUE_LENGTH:
+            problems.append(
+                f"customHeaders.{name} must be shorter than or equal to {MAX_HEADER_VALUE_LENGTH} characters")
+    return problems
