@@ -18,6 +18,9 @@ _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"me
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
+_ENCODER = json.JSONEncoder(default=str, ensure_ascii=False)
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
@@ -31,11 +34,17 @@ class JsonFormatter(logging.Formatter):
                 entry[key] = value
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        return _ENCODER.encode(entry)
 
 
 def configure_logging(level: str) -> None:
     """Route every logger (ours, hypercorn's, alembic's) to JSON lines on stdout."""
+    # The lines carry none of these, and gathering them costs time on every record
+    # (the logging documentation's "Optimization" section).
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    logging._srcfile = None
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()

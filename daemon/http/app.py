@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import time
-import uuid
 from typing import Any
 
 from quart import Response, g, request
@@ -15,7 +15,7 @@ from quart_trio import QuartTrio
 
 from daemon import __version__
 from daemon.auth.guard import install_guard
-from daemon.http import admin, auth, jobs, ops, schemas, webhooks
+from daemon.http import admin, auth, integrations, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
 from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request
 from daemon.jobs.pool import refresh_job_gauges
@@ -55,14 +55,34 @@ def create_app(services: Services) -> QuartTrio:
         security=[{"bearer": []}],
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # after QuartSchema, which replaces app.json
+    _skip_schema_conversion_for_plain_json(app)
     install_error_handlers(app)
     _install_request_context(app, services)
     install_guard(app, services)  # after the request id, so refusals carry one too
     services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
     for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint,
-                      webhooks.blueprint):
+                      webhooks.blueprint, integrations.blueprint):
         app.register_blueprint(blueprint)
     return app
+
+
+def _skip_schema_conversion_for_plain_json(app: QuartTrio) -> None:
+    """Answer plain dicts and lists with Quart's own JSON response.
+
+    quart-schema converts every result through a new pydantic TypeAdapter, a deep
+    copy costing about a tenth of a small request (bench/idle.py); our routes
+    already return JSON-ready dicts, and models still take quart-schema's path.
+    """
+    converting = app.make_response  # quart-schema's wrapper, set by QuartSchema(app)
+    plain = QuartTrio.make_response.__get__(app)
+
+    async def make_response(result: Any) -> Any:
+        body = result[0] if isinstance(result, tuple) else result
+        if type(body) in (dict, list):
+            return await plain(result)
+        return await converting(result)
+
+    app.make_response = make_response  # type: ignore[method-assign]
 
 
 def _install_request_context(app: QuartTrio, services: Services) -> None:
@@ -70,11 +90,11 @@ def _install_request_context(app: QuartTrio, services: Services) -> None:
     async def _start() -> None:
         g.started = time.perf_counter()
         incoming = request.headers.get("X-Request-Id", "")
-        g.request_id = incoming if _REQUEST_ID.fullmatch(incoming) else uuid.uuid4().hex
+        g.request_id = incoming if _REQUEST_ID.fullmatch(incoming) else os.urandom(16).hex()
 
     @app.after_request
     async def _finish(response: Response) -> Response:
-        request_id = getattr(g, "request_id", None) or uuid.uuid4().hex
+        request_id = getattr(g, "request_id", None) or os.urandom(16).hex()
         response.headers["X-Request-Id"] = request_id
         response.headers["X-Docex-Version"] = __version__
         if current_request().body.discarded:
