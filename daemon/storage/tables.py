@@ -258,12 +258,3 @@ delivery_attempts = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("response_body", sa.Text),  # the first 1 KiB of the answer
 )
-
-
-# --- integrations (SPEC §10) ------------------------------------------------------------
-
-# A user's connection to a remote file store. `config` holds only what may be shown (the
-# S3 bucket, region, endpoint, prefix and the access key id's last four); credentials and
-# OAuth tokens are one JSON document sealed with AES-256-GCM under WEBHOOK_ENCRYPTION_KEY,
-# bound to the row (daemon.crypto). `oauth_nonce` is the nonce of the one signed OAuth
-# state that may still complete an authorization (cleared when it does).
