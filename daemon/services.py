@@ -64,15 +64,39 @@ class Services:
             hook(old, new)
 
 
+async def open_blob_store(config: Config) -> BlobStore:
+    """The blob store of storage.backend: a local directory, or an S3-compatible bucket
+    shared by processes on several hosts (the caller closes it)."""
+    if config.storage.backend != "s3":
+        return LocalBlobStore(config.data_path / "blobs")
+    from daemon.integrations.s3 import S3Settings
+    from daemon.storage.blobs import S3BlobStore
+
+    storage = config.storage
+    settings = S3Settings(
+        bucket=storage.s3_bucket,
+        region=storage.s3_region,
+        access_key_id=storage.s3_access_key_id,
+        secret_access_key=storage.s3_secret_access_key,
+        endpoint_url=storage.s3_endpoint_url or None,
+        prefix=storage.s3_prefix,
+    )
+    return await S3BlobStore.open(settings, config.data_path)
+
+
 @asynccontextmanager
 async def open_services(config: Config, role: Role = Role.ALL) -> AsyncIterator[Services]:
-    """Create the shared engine for `config` and dispose of it on exit."""
+    """Create the shared engine and blob store for `config`; release both on exit."""
     db = Database(
         config.database_url,
         pool_size=config.database.pool_size,
         busy_timeout_ms=config.database.busy_timeout_ms,
     )
     try:
-        yield Services(config=config, db=db, blobs=LocalBlobStore(config.data_path / "blobs"), role=role)
+        blobs = await open_blob_store(config)
+        try:
+            yield Services(config=config, db=db, blobs=blobs, role=role)
+        finally:
+            await blobs.aclose()
     finally:
         db.dispose()

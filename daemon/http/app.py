@@ -15,7 +15,7 @@ from quart_trio import QuartTrio
 
 from daemon import __version__
 from daemon.auth.guard import install_guard
-from daemon.http import admin, auth, jobs, ops, schemas, webhooks
+from daemon.http import admin, auth, integrations, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
 from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request
 from daemon.jobs.pool import refresh_job_gauges
@@ -61,7 +61,7 @@ def create_app(services: Services) -> QuartTrio:
     install_guard(app, services)  # after the request id, so refusals carry one too
     services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
     for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint,
-                      webhooks.blueprint):
+                      webhooks.blueprint, integrations.blueprint):
         app.register_blueprint(blueprint)
     return app
 

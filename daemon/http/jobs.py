@@ -7,6 +7,7 @@ import hashlib
 import json
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -20,6 +21,7 @@ from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
 from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from daemon.http.context import no_content, services
+from daemon.http.integrations import SourceIn, job_sources
 from daemon.http.pagination import PageQuery, page
 from daemon.http.requests import current_request
 from daemon.http.validation import parse
@@ -60,23 +62,21 @@ def _aware(value: dt.datetime | None) -> dt.datetime | None:
     return value.replace(tzinfo=dt.UTC) if value is not None and value.tzinfo is None else value
 
 
-class RemoteSource(BaseModel):
-    integrationId: str = Field(min_length=1)
-    fileId: str | None = None
-    key: str | None = None
-    folderPath: str | None = None
-
-
 class CreateJobJson(BaseModel):
+    """A job whose file a worker fetches from an integration (PENDING until then)."""
+
     type: str
     schemaId: str
-    source: RemoteSource
+    source: SourceIn
 
 
 class CreateRunJson(BaseModel):
+    """A batch run of remote files: each source one file, or (`folderPath` alone, or an S3
+    `prefix`) a folder listed into one job per file."""
+
     type: str
     schemaId: str
-    sources: list[RemoteSource] = Field(min_length=1, max_length=MAX_FILES_PER_RUN)
+    sources: list[SourceIn] = Field(min_length=1, max_length=MAX_FILES_PER_RUN)
 
 
 class PatchResultBody(BaseModel):
@@ -105,9 +105,8 @@ async def _typed(stored: StoredFile) -> NewJob:
     """The job made from an uploaded file, its type confirmed from its bytes (400 otherwise)."""
     mime = stored.mime_type
     if mime == filetypes.ZIP:
-        path = await services().blobs.local_path(stored.blob_key)
-        head = await _head(stored.blob_key)
-        mime = await _in_thread(filetypes.refine_zip, path, head) or ""
+        async with services().blobs.open_local(stored.blob_key) as path:
+            mime = await _in_thread(_zip_type, path) or ""
     if mime not in filetypes.SUPPORTED:
         accepted = "PDF, PNG, JPEG, TIFF, WEBP, DOCX, XLSX, CSV, TXT, HTML"
         raise BadRequest([f"Unsupported file type: {stored.file_name} (accepted: {accepted})"])
@@ -120,10 +119,11 @@ async def _typed(stored: StoredFile) -> NewJob:
     )
 
 
-async def _head(blob_key: str) -> bytes:
-    async for chunk in services().blobs.read(blob_key):
-        return chunk[: filetypes.SNIFF_BYTES]
-    return b""
+def _zip_type(path: Path) -> str | None:
+    """DOCX, XLSX or None for the ZIP file at `path` (blocking: run it in a thread)."""
+    with path.open("rb") as handle:
+        head = handle.read(filetypes.SNIFF_BYTES)
+    return filetypes.refine_zip(path, head)
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
@@ -155,10 +155,14 @@ async def _create_idempotently(
     create: Callable[[Connection], tuple[str, dict[str, Any]]],
     render: Callable[[str], Awaitable[dict[str, Any]]],
     cleanup: Callable[[], Awaitable[None]],
+    prepare: Callable[[], Awaitable[None]] | None = None,
 ) -> tuple[dict[str, Any], int, dict[str, str]]:
     """Create once per Idempotency-Key (SPEC §6): a repeat of the same request replays the
     original (200, Idempotent-Replayed), a different request with the key is 409, and two
-    concurrent requests with one key create one resource (the key's row is the arbiter)."""
+    concurrent requests with one key create one resource (the key's row is the arbiter).
+
+    `prepare` runs only when the request is not a replay, before `create` (listing a
+    remote folder: a replay answers the original run even if the folder changed since)."""
     key = request.headers.get("Idempotency-Key")
     user_id = current_principal().user_id
     db = services().db
@@ -178,6 +182,8 @@ async def _create_idempotently(
 
     if key is not None and (replayed := await replay()) is not None:
         return replayed
+    if prepare is not None:
+        await prepare()
 
     def unit(conn: Connection) -> tuple[str, dict[str, Any]]:
         # The answer is rendered in the creating transaction: a worker may claim the job
@@ -238,10 +244,48 @@ def _created_run(conn: Connection, run: Any, created: list[Any]) -> tuple[str, d
     return run.id, {**run_json(run, repo.run_counts(conn, run.id)), "jobs": [job_json(job) for job in created]}
 
 
-def _no_integrations(sources: list[RemoteSource]) -> BadRequest:
-    # Integrations (S3, Google Drive) are not built yet: no integrationId can be one of the caller's.
-    return BadRequest(
-        [f"sources.{i}.integrationId must be the id of one of your integrations" for i, _ in enumerate(sources)]
+async def _nothing() -> None:
+    return None
+
+
+async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """A PENDING job (`source`) or a run of PENDING jobs (`sources`); workers fetch the files."""
+    schema_id = await _checked_schema(body.schemaId, body.type)
+    user_id = current_principal().user_id
+    # Sources are checked (and folders listed, remote I/O) only for a request that is not a
+    # replay: a replay answers the original even if the integration changed since.
+    items: list[NewJob] = []
+    if isinstance(body, CreateJobJson):
+        source = body.source
+
+        async def check() -> None:
+            items.extend(await job_sources([source], path="source", allow_listing=False, limit=1))
+
+        return await _create_idempotently(
+            "job",
+            _request_hash(kind="job", schemaId=schema_id, source=source.model_dump()),
+            lambda conn: _created_job(
+                repo.create_job(conn, user_id=user_id, schema_id=schema_id, new=items[0], now=utcnow())
+            ),
+            _job_body,
+            _nothing,
+            prepare=check,
+        )
+    sources = body.sources
+
+    async def expand() -> None:
+        items.extend(await job_sources(sources, path="sources", allow_listing=True, limit=MAX_FILES_PER_RUN))
+
+    request_hash = _request_hash(kind="run", schemaId=schema_id, sources=[s.model_dump() for s in sources])
+    return await _create_idempotently(
+        "job_run",
+        request_hash,
+        lambda conn: _created_run(
+            conn, *repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())
+        ),
+        lambda run_id: _run_body(run_id, with_jobs=True),
+        _nothing,
+        prepare=expand,
     )
 
 
@@ -254,9 +298,7 @@ async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
     or from JSON `{type, schemaId, source}` naming a file of an integration."""
     config = services().config
     if request.mimetype == "application/json":
-        body = parse(CreateJobJson, await request.get_json())
-        await _checked_schema(body.schemaId, body.type)
-        raise _no_integrations([body.source])
+        return await _create_from_sources(parse(CreateJobJson, await request.get_json()))
     _refuse_oversized(config.jobs.max_file_size_bytes + _MULTIPART_SLACK_BYTES)
     upload = await receive_upload(
         request, services().blobs, file_field="file", max_file_bytes=config.jobs.max_file_size_bytes, max_files=1
@@ -372,9 +414,7 @@ async def create_run() -> tuple[dict[str, Any], int, dict[str, str]]:
     `schemaId`), or from JSON `{type, schemaId, sources: [...]}`. Emits job_run.created."""
     config = services().config
     if request.mimetype == "application/json":
-        body = parse(CreateRunJson, await request.get_json())
-        await _checked_schema(body.schemaId, body.type)
-        raise _no_integrations(body.sources)
+        return await _create_from_sources(parse(CreateRunJson, await request.get_json()))
     upload = await receive_upload(
         request,
         services().blobs,

@@ -1,40 +1,50 @@
 """The extraction worker pool and the lease reaper.
 
 Each worker is a trio task that claims one QUEUED job at a time, holds a
-lease on it (renewed while it runs) and records the outcome. Idle workers
-sleep until a job is created in this process (`services.jobs_wakeup`), the
-next retry is due, or a slow poll for jobs created by other processes.
+lease on it (renewed while it runs) and records the outcome. A PENDING job
+(its file still at an integration) is claimed the same way, and the worker
+fetches its file instead (`fetch_job`): QUEUED once the file is in the blob
+store, retried with backoff on transient errors, FAILED on permanent ones.
+Idle workers sleep until a job is created in this process
+(`services.jobs_wakeup`), the next retry is due, or a slow poll for jobs
+created by other processes.
 
 Shutdown: the pool stops claiming; a running job finishes within the grace
-period or, cancelled, is released back to QUEUED (shielded write), so no job
-is lost and none is left RUNNING by a clean stop. A crashed process's jobs
-come back through the reaper when their leases expire.
+period or, cancelled, is released back to QUEUED (PENDING if its file was being
+fetched; shielded write), so no job is lost and none is left RUNNING by a clean
+stop. A crashed process's jobs come back through the reaper when their leases
+expire.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import socket
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import trio
 
 from daemon.clock import utcnow
 from daemon.config import Config
-from daemon.errors import JobError, PermanentJobError
+from daemon.errors import JobError, PermanentJobError, TransientJobError
 from daemon.extraction.pipeline import Extraction, extract
+from daemon.integrations.fetch import FetchedFile, fetch_file
 from daemon.jobs.models import ErrorCode, JobStatus
 from daemon.jobs.retry import next_attempt_at
 from daemon.schemas.definition import validate_result
 from daemon.services import Services
+from daemon.storage.blobs import BlobStoreError
 from daemon.storage.repos import jobs as repo
 from daemon.storage.repos.schemas import get_schema
 from daemon.wakeup import Wakeup, wait_any
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # How often an idle worker looks for jobs queued by *other* processes. One
 # process wakes its workers directly; this is only the cross-process fallback.
@@ -87,8 +97,11 @@ async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
                 delay = poll_s if due is None else min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
                 await wait_any(stop.wait, functools.partial(services.jobs_wakeup.sleep, delay))
                 continue
-            services.deliveries_wakeup.set()  # job.started is in the outbox
-            await process_job(services, job, owner)
+            if job.status == JobStatus.PENDING:
+                await fetch_job(services, job, owner)
+            else:
+                services.deliveries_wakeup.set()  # job.started is in the outbox
+                await process_job(services, job, owner)
             failures = 0
         except Exception:
             # The database is unreachable or failing: the worker waits and tries again. A job
@@ -98,14 +111,18 @@ async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
             await wait_any(stop.wait, functools.partial(trio.sleep, min(30.0, 0.5 * 2**failures)))
 
 
-async def process_job(services: Services, job: Any, owner: str) -> None:
-    """Run one claimed job to its outcome, holding its lease meanwhile."""
-    started = time.perf_counter()
-    outcome: Extraction | JobError | None = None  # stays None if the lease is lost mid-way
+async def _holding_lease(services: Services, job: Any, owner: str, work: Callable[[], Awaitable[T]]) -> T | None:
+    """`work()`'s outcome, run while renewing the job's lease; None if the lease was lost
+    (the work is then cancelled: the job is someone else's now).
+
+    Cancelled from outside (shutdown past the grace period), the job is given back
+    (shielded, time-bounded write) and the cancellation propagates.
+    """
+    outcome: T | None = None
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_keep_lease, services, job.id, owner, nursery.cancel_scope)
-            outcome = await _attempt(services, job)
+            outcome = await work()
             nursery.cancel_scope.cancel()
     except* trio.Cancelled:
         # Shutdown past the grace period: give the job back, it runs again elsewhere or later.
@@ -114,6 +131,13 @@ async def process_job(services: Services, job: Any, owner: str) -> None:
             await services.db.run(repo.release_job, job_id=job.id, owner=owner, now=utcnow())
             log.info("job released", extra={"action": "job.released", "job_id": job.id})
         raise
+    return outcome
+
+
+async def process_job(services: Services, job: Any, owner: str) -> None:
+    """Run one claimed job to its outcome, holding its lease meanwhile."""
+    started = time.perf_counter()
+    outcome = await _holding_lease(services, job, owner, functools.partial(_attempt, services, job))
     if outcome is None:
         # The lease was lost (the reaper gave the job to another worker): not ours to record.
         services.metrics.job_attempts.labels("lost").inc()
@@ -129,11 +153,13 @@ async def _attempt(services: Services, job: Any) -> Extraction | JobError:
         schema = await services.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
         if schema is None or schema.deleted_at is not None:
             raise PermanentJobError(ErrorCode.SCHEMA_NOT_FOUND, f"Schema {job.schema_id} was deleted")
-        try:
-            path = await services.blobs.local_path(job.blob_key)
-        except FileNotFoundError:
-            raise PermanentJobError(ErrorCode.INTERNAL_ERROR, "The uploaded file is missing from storage") from None
-        extraction = await extract(path, job.mime_type, schema.definition, config)
+        # The file as a local path for the parsers, for the attempt (S3: a temporary download).
+        async with contextlib.AsyncExitStack() as stack:
+            try:
+                path = await stack.enter_async_context(services.blobs.open_local(job.blob_key))
+            except FileNotFoundError:
+                raise PermanentJobError(ErrorCode.INTERNAL_ERROR, "The uploaded file is missing from storage") from None
+            extraction = await extract(path, job.mime_type, schema.definition, config)
         problems = validate_result(schema.definition, extraction.result)
         if problems:
             raise PermanentJobError(
@@ -142,9 +168,17 @@ async def _attempt(services: Services, job: Any) -> Extraction | JobError:
         return extraction
     except JobError as error:
         return error
+    except BlobStoreError as exc:
+        return _blob_store_failed(exc)
     except Exception as exc:  # a bug, not the document: fail the job, keep the worker
         log.exception("job attempt crashed", extra={"action": "job.crashed", "job_id": job.id})
         return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
+
+
+def _blob_store_failed(exc: BlobStoreError) -> JobError:
+    log.warning("blob store failed: %s", exc, extra={"action": "blobs.error"})
+    kind = TransientJobError if exc.transient else PermanentJobError
+    return kind(ErrorCode.INTERNAL_ERROR, "The file storage failed; see the daemon log")
 
 
 async def _record(services: Services, job: Any, owner: str, outcome: Extraction | JobError, elapsed: float) -> None:
@@ -190,6 +224,63 @@ async def _record(services: Services, job: Any, owner: str, outcome: Extraction 
     services.metrics.job_duration.labels(label).observe(elapsed)
     services.metrics.job_attempts.labels(label).inc()
     services.deliveries_wakeup.set()
+
+
+async def fetch_job(services: Services, job: Any, owner: str) -> None:
+    """Fetch a claimed PENDING job's file from its integration, holding its lease meanwhile:
+    QUEUED once the file is in the blob store (and a worker woken for it), PENDING again
+    at the next retry after a transient error, FAILED (job.failed) after a permanent one
+    or the last attempt. A file fetched for a job cancelled or deleted meanwhile is dropped.
+    """
+    outcome = await _holding_lease(services, job, owner, functools.partial(_fetch_attempt, services, job))
+    if outcome is None:
+        log.warning("lease lost", extra={"action": "job.lease_lost", "job_id": job.id})
+        return
+    with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+        await _record_fetch(services, job, owner, outcome)
+
+
+async def _fetch_attempt(services: Services, job: Any) -> FetchedFile | JobError:
+    try:
+        return await fetch_file(services, job)
+    except JobError as error:
+        return error
+    except BlobStoreError as exc:
+        return _blob_store_failed(exc)
+    except Exception as exc:  # a bug: fail the job, keep the worker
+        log.exception("job fetch crashed", extra={"action": "job.crashed", "job_id": job.id})
+        return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
+
+
+async def _record_fetch(services: Services, job: Any, owner: str, outcome: FetchedFile | JobError) -> None:
+    now = utcnow()
+    if isinstance(outcome, FetchedFile):
+        done = await services.db.run(
+            repo.fetched_job, job_id=job.id, owner=owner, file_name=outcome.file_name, file_size=outcome.file_size,
+            mime_type=outcome.mime_type, sha256=outcome.sha256, blob_key=outcome.blob_key, now=now,
+        )
+        if done is None:  # cancelled, deleted or taken back while we fetched
+            await services.blobs.delete(outcome.blob_key)
+            log.info("fetched file dropped", extra={"action": "job.fetch_dropped", "job_id": job.id})
+        else:
+            services.jobs_wakeup.set()  # QUEUED now: an idle worker takes it at once
+        return
+    retry_at = next_attempt_at(
+        attempts=job.attempts,
+        max_attempts=services.config.jobs.max_attempts,
+        retryable=outcome.retryable,
+        now=now,
+        initial_delay_s=services.config.jobs.retry_backoff_initial_ms / 1000,
+        retry_after_s=outcome.retry_after_s,
+    )
+    await services.db.run(repo.fail_job, job_id=job.id, owner=owner, code=outcome.code, message=outcome.message,
+                          now=now, retry_at=retry_at)
+    label = "retried" if retry_at else "failed"
+    log.info("job fetch failed", extra={"action": f"job.fetch_{label}", "job_id": job.id,
+                                        "error_code": outcome.code, "attempt": job.attempts})
+    if retry_at is not None:
+        services.jobs_wakeup.set()
+    services.deliveries_wakeup.set()  # job.failed (and the run's events) are in the outbox
 
 
 async def _keep_lease(services: Services, job_id: str, owner: str, work: trio.CancelScope) -> None:

@@ -1,22 +1,54 @@
-"""Where uploaded files live: a seam with a local-directory implementation.
+"""Where uploaded files live: a seam with two implementations.
 
-An S3 store (integrations issue) implements the same `BlobStore` protocol.
+    LocalBlobStore   files under <data_dir>/blobs (one host)
+    S3BlobStore      objects in an S3-compatible bucket (processes on several hosts)
+
 Writes are streamed: a `BlobWriter` takes chunks as they arrive and either
 `commit`s (the blob appears atomically under its key) or `abort`s (nothing is
 left behind), so a refused or broken upload never leaves a half file.
+
+Parsers need a file path: `open_local` lends one for the duration of a block. The
+local store lends its own file; the S3 store downloads into a temporary file under
+``<data_dir>/tmp/blobs-<pid>-<random>/`` and deletes it when the block exits (also
+on error or cancellation). The whole directory goes when the store closes, and a
+store opening removes the directories of processes that are no longer running, so
+a crash leaves nothing behind for long.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import secrets
-from collections.abc import AsyncIterator
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import trio
 
+from daemon.errors import DocexError
+
+if TYPE_CHECKING:
+    from daemon.integrations.s3 import S3Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
 CHUNK_BYTES = 256 * 1024
+# S3 multipart parts: at least 5 MiB except the last (AWS's rule); one part is held in memory.
+PART_BYTES = 8 * 1024 * 1024
+
+
+class BlobStoreError(DocexError):
+    """The blob store failed (not a missing blob: that is FileNotFoundError).
+    `transient` says whether trying again later may work (S3 throttling, outage)."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
 
 
 class BlobWriter(Protocol):
@@ -36,12 +68,17 @@ class BlobStore(Protocol):
         """The blob's bytes in chunks. Raises FileNotFoundError if absent."""
         ...
 
-    async def local_path(self, key: str) -> Path:
-        """A local file with the blob's bytes, for parsers that need a path."""
+    def open_local(self, key: str) -> AbstractAsyncContextManager[Path]:
+        """A local file with the blob's bytes for the duration of the block, for parsers
+        that need a path; read it, never change it. Raises FileNotFoundError if absent."""
         ...
 
     async def delete(self, key: str) -> None:
         """Remove the blob; absent blobs are fine."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release clients and temporary files (the process is stopping)."""
         ...
 
 
@@ -69,15 +106,19 @@ class LocalBlobStore:
             while chunk := await handle.read(CHUNK_BYTES):
                 yield chunk
 
-    async def local_path(self, key: str) -> Path:
+    @asynccontextmanager
+    async def open_local(self, key: str) -> AsyncIterator[Path]:
         path = self._path(key)
         if not await trio.to_thread.run_sync(path.exists):
             raise FileNotFoundError(key)
-        return path
+        yield path
 
     async def delete(self, key: str) -> None:
         path = self._path(key)
         await trio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
+
+    async def aclose(self) -> None:
+        return None
 
 
 class _LocalWriter:
@@ -100,3 +141,194 @@ class _LocalWriter:
         with trio.CancelScope(shield=True):
             await self._handle.aclose()
             await trio.to_thread.run_sync(lambda: self._partial.unlink(missing_ok=True))
+
+
+# --- S3 ----------------------------------------------------------------------------------
+
+_TMP_DIR = re.compile(r"blobs-(\d+)-[0-9a-f]+")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
+
+
+def _sweep_tmp(parent: Path) -> None:
+    """Remove temporary directories of S3 stores whose process is gone (a crash)."""
+    if not parent.is_dir():
+        return
+    for child in parent.iterdir():
+        match = _TMP_DIR.fullmatch(child.name)
+        if match and child.is_dir() and not _pid_alive(int(match.group(1))):
+            shutil.rmtree(child, ignore_errors=True)
+            log.info("removed stale blob downloads", extra={"action": "blobs.tmp_swept", "path": str(child)})
+
+
+class S3BlobStore:
+    """Blobs as objects ``<s3_prefix><key>`` in one bucket (storage.backend = "s3").
+
+    Every SDK call runs in a thread (boto3 blocks). Uploads stream: the first 8 MiB
+    are held in memory; a larger blob becomes a multipart upload part by part, and
+    `abort` cancels it so no parts are left to pay for. Open it with `S3BlobStore.open`.
+    """
+
+    def __init__(self, bucket: str, prefix: str, client: Any, tmp_dir: Path) -> None:
+        self.bucket = bucket
+        self.prefix = prefix
+        self._client = client
+        self._tmp_dir = tmp_dir
+
+    @classmethod
+    async def open(cls, settings: S3Settings, data_dir: Path) -> S3BlobStore:
+        """A store on `settings`' bucket, its temporary downloads under ``data_dir/tmp``."""
+        from daemon.integrations.s3 import make_client
+
+        parent = data_dir / "tmp"
+
+        def prepare() -> Path:
+            parent.mkdir(parents=True, exist_ok=True)
+            _sweep_tmp(parent)
+            tmp = parent / f"blobs-{os.getpid()}-{secrets.token_hex(4)}"
+            tmp.mkdir(mode=0o700)
+            return tmp
+
+        tmp_dir = await trio.to_thread.run_sync(prepare)
+        client = await trio.to_thread.run_sync(make_client, settings)
+        prefix = settings.prefix.strip("/") + "/" if settings.prefix.strip("/") else ""
+        return cls(settings.bucket, prefix, client, tmp_dir)
+
+    def object_key(self, key: str) -> str:
+        if not key.isalnum():
+            raise ValueError(f"invalid blob key {key!r}")
+        return self.prefix + key
+
+    async def _call(self, fn: Callable[[], T], key: str | None = None) -> T:
+        """One blocking SDK call in a thread; S3's "no such key" becomes FileNotFoundError and
+        every other failure a `BlobStoreError` (transient or not, by `s3_error`)."""
+        from daemon.integrations.s3 import s3_error
+        from daemon.jobs.models import ErrorCode
+
+        try:
+            return await trio.to_thread.run_sync(fn)
+        except Exception as exc:
+            error = s3_error(exc, bucket=self.bucket, key=key)
+            if error.code == ErrorCode.REMOTE_FILE_NOT_FOUND:
+                raise FileNotFoundError(key) from exc
+            raise BlobStoreError(f"blob store: {error.message}", transient=error.retryable) from exc
+
+    async def open_writer(self) -> _S3Writer:
+        key = secrets.token_hex(16)
+        return _S3Writer(self, key, self.object_key(key))
+
+    async def read(self, key: str) -> AsyncIterator[bytes]:
+        name = self.object_key(key)
+        response = await self._call(lambda: self._client.get_object(Bucket=self.bucket, Key=name), name)
+        body = response["Body"]
+        try:
+            while chunk := await self._call(lambda: body.read(CHUNK_BYTES), name):
+                yield chunk
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(body.close)
+
+    @asynccontextmanager
+    async def open_local(self, key: str) -> AsyncIterator[Path]:
+        name = self.object_key(key)
+        path = self._tmp_dir / f"{key}-{secrets.token_hex(4)}"
+
+        def download() -> None:
+            body = self._client.get_object(Bucket=self.bucket, Key=name)["Body"]
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as out:
+                    for chunk in body.iter_chunks(1024 * 1024):
+                        out.write(chunk)
+            finally:
+                body.close()
+
+        try:
+            await self._call(download, name)
+            yield path
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(lambda: path.unlink(missing_ok=True))
+
+    async def delete(self, key: str) -> None:
+        name = self.object_key(key)
+        await self._call(lambda: self._client.delete_object(Bucket=self.bucket, Key=name), name)
+
+    async def aclose(self) -> None:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(self._client.close)
+            await trio.to_thread.run_sync(lambda: shutil.rmtree(self._tmp_dir, ignore_errors=True))
+
+
+class _S3Writer:
+    """One blob being written: a single PUT if it stays under a part, else a multipart upload."""
+
+    def __init__(self, store: S3BlobStore, key: str, name: str) -> None:
+        self.key = key
+        self._store = store
+        self._name = name
+        self._buffer = bytearray()
+        self._upload_id: str | None = None
+        self._parts: list[dict[str, Any]] = []
+
+    async def write(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        while len(self._buffer) >= PART_BYTES:
+            part = bytes(self._buffer[:PART_BYTES])
+            del self._buffer[:PART_BYTES]
+            await self._upload_part(part)
+
+    async def _upload_part(self, data: bytes) -> None:
+        store, client = self._store, self._store._client
+        if self._upload_id is None:
+            created = await store._call(
+                lambda: client.create_multipart_upload(Bucket=store.bucket, Key=self._name), self._name
+            )
+            self._upload_id = str(created["UploadId"])
+        number = len(self._parts) + 1
+        upload_id = self._upload_id
+        answer = await store._call(
+            lambda: client.upload_part(Bucket=store.bucket, Key=self._name, UploadId=upload_id,
+                                       PartNumber=number, Body=data),
+            self._name,
+        )
+        self._parts.append({"PartNumber": number, "ETag": answer["ETag"]})
+
+    async def commit(self) -> None:
+        store, client = self._store, self._store._client
+        if self._upload_id is None:
+            data = bytes(self._buffer)
+            await store._call(lambda: client.put_object(Bucket=store.bucket, Key=self._name, Body=data), self._name)
+        else:
+            if self._buffer or not self._parts:
+                await self._upload_part(bytes(self._buffer))
+            upload_id, parts = self._upload_id, list(self._parts)
+            await store._call(
+                lambda: client.complete_multipart_upload(Bucket=store.bucket, Key=self._name, UploadId=upload_id,
+                                                         MultipartUpload={"Parts": parts}),
+                self._name,
+            )
+        self._buffer = bytearray()
+
+    async def abort(self) -> None:
+        self._buffer = bytearray()
+        if self._upload_id is None:
+            return
+        store, client, upload_id = self._store, self._store._client, self._upload_id
+        with trio.CancelScope(shield=True):
+            try:
+                await store._call(
+                    lambda: client.abort_multipart_upload(Bucket=store.bucket, Key=self._name, UploadId=upload_id),
+                    self._name,
+                )
+            except (BlobStoreError, FileNotFoundError):
+                log.warning("multipart upload not aborted", extra={"action": "blobs.abort_failed",
+                                                                   "key": self._name})

@@ -258,3 +258,26 @@ delivery_attempts = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("response_body", sa.Text),  # the first 1 KiB of the answer
 )
+
+
+# --- integrations (SPEC §10) ------------------------------------------------------------
+
+# A user's connection to a remote file store. `config` holds only what may be shown (the
+# S3 bucket, region, endpoint, prefix and the access key id's last four); credentials and
+# OAuth tokens are one JSON document sealed with AES-256-GCM under WEBHOOK_ENCRYPTION_KEY,
+# bound to the row (daemon.crypto). `oauth_nonce` is the nonce of the one signed OAuth
+# state that may still complete an authorization (cleared when it does).
+integrations = sa.Table(
+    "integrations",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    sa.Column("provider", sa.String(20), nullable=False),
+    sa.Column("name", sa.String(100), nullable=False),
+    sa.Column("status", sa.String(30), nullable=False),
+    sa.Column("config", sa.JSON, nullable=False),
+    sa.Column("secrets_sealed", sa.LargeBinary),
+    sa.Column("oauth_nonce", sa.String(64)),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+)

@@ -3,13 +3,20 @@
 Transitions follow the seed's table (SPEC §6, §8):
 
     (create) → PENDING | QUEUED            job.queued
+    PENDING  → PENDING   (claim to fetch)  leased; attempts count fetch attempts
+    PENDING  → QUEUED    (file fetched)    attempts back to 0 (job.queued was sent at creation)
+    PENDING  → FAILED    (fetch failed)    job.failed
     QUEUED   → RUNNING   (claim)           job.started
     RUNNING  → COMPLETED                   job.completed
     RUNNING  → QUEUED    (retryable error, lease expiry, shutdown release)
     RUNNING  → FAILED    (last attempt)    job.failed
     PENDING | QUEUED → CANCELLED           job.cancelled
-    FAILED   → QUEUED    (restart)         job.queued
+    FAILED   → QUEUED | PENDING (restart)  job.queued (PENDING: its file was never fetched)
     COMPLETED → COMPLETED (result patch)   job.updated
+
+A PENDING job (its file still at an integration) is claimed like a QUEUED one but stays
+PENDING while a worker holds its lease and fetches the file; its retries, releases and
+lease expiries bring it back to PENDING, not QUEUED.
 
 A job that ends inside a batch run updates the run: job_run.progress (at most
 once a second, the last always sent) and, when every job has ended,
@@ -140,7 +147,9 @@ def cancel_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) ->
     job = _owned(conn, user_id, job_id)
     if job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
         raise Conflict(f"Only PENDING or QUEUED jobs can be cancelled (this one is {job.status})")
-    job = _update(conn, job_id, now, status=JobStatus.CANCELLED, finished_at=now, run_after=None)
+    # A PENDING job may be leased to a worker fetching its file: the fetch will find it gone.
+    job = _update(conn, job_id, now, status=JobStatus.CANCELLED, finished_at=now, run_after=None,
+                  lease_owner=None, lease_expires_at=None)
     _event(conn, "job.cancelled", job, now)
     _job_ended(conn, job, now)
     return job
@@ -150,11 +159,12 @@ def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -
     job = _owned(conn, user_id, job_id)
     if job.status != JobStatus.FAILED:
         raise Conflict(f"Only FAILED jobs can be restarted (this one is {job.status})")
+    unfetched = job.blob_key is None and job.source is not None
     job = _update(
         conn,
         job_id,
         now,
-        status=JobStatus.QUEUED,
+        status=JobStatus.PENDING if unfetched else JobStatus.QUEUED,
         attempts=0,
         error_code=None,
         error_message=None,
@@ -199,15 +209,31 @@ def delete_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) ->
 # --- the queue ------------------------------------------------------------------------
 
 
+# Jobs a worker may claim: QUEUED ones to run, PENDING ones to fetch their file. Neither is
+# leased while waiting (a PENDING job being fetched is, and is skipped).
+_CLAIMABLE = (JobStatus.QUEUED, JobStatus.PENDING)
+# What a job waiting again goes back to: a PENDING job being fetched stays PENDING, a RUNNING one is QUEUED.
+_WAITING_AGAIN = sa.case((jobs.c.status == JobStatus.PENDING.value, sa.literal(JobStatus.PENDING.value)),
+                         else_=sa.literal(JobStatus.QUEUED.value))
+
+
+def _waiting() -> sa.ColumnElement[bool]:
+    return sa.and_(jobs.c.status.in_(_CLAIMABLE), jobs.c.lease_owner.is_(None))
+
+
 def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) -> Row[Any] | None:
-    """Take the next due QUEUED job: RUNNING, leased to `owner`, one more attempt.
+    """Take the next due job, leased to `owner`, with one more attempt:
+
+    - QUEUED → RUNNING (job.started), to run the extraction;
+    - PENDING → PENDING, to fetch its file from the integration (no event: the job has
+      not started; the caller tells the two apart by the returned row's status).
 
     PostgreSQL skips rows other processes are claiming (FOR UPDATE SKIP LOCKED);
     SQLite runs this under its single writer lock (BEGIN IMMEDIATE).
     """
     query = (
-        sa.select(jobs.c.id, jobs.c.attempts, jobs.c.started_at)
-        .where(jobs.c.status == JobStatus.QUEUED, jobs.c.run_after <= now)
+        sa.select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.started_at)
+        .where(_waiting(), jobs.c.run_after <= now)
         .order_by(jobs.c.run_after, jobs.c.id)
         .limit(1)
     )
@@ -216,6 +242,9 @@ def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) 
     due = conn.execute(query).first()
     if due is None:
         return None
+    if due.status == JobStatus.PENDING:
+        return _update(conn, due.id, now, attempts=due.attempts + 1, lease_owner=owner,
+                       lease_expires_at=now + dt.timedelta(seconds=lease_s))
     job = _update(
         conn,
         due.id,
@@ -231,8 +260,8 @@ def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) 
 
 
 def next_due(conn: Connection) -> dt.datetime | None:
-    """When the earliest QUEUED job becomes claimable (None: the queue is empty)."""
-    value = conn.execute(sa.select(sa.func.min(jobs.c.run_after)).where(jobs.c.status == JobStatus.QUEUED)).scalar()
+    """When the earliest QUEUED or unleased PENDING job becomes claimable (None: nothing waits)."""
+    value = conn.execute(sa.select(sa.func.min(jobs.c.run_after)).where(_waiting())).scalar()
     if value is None:
         return None
     return value if isinstance(value, dt.datetime) and value.tzinfo else _as_utc(value)
@@ -244,16 +273,63 @@ def _as_utc(value: Any) -> dt.datetime:
     return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
 
 
-def _held(owner: str, job_id: str) -> sa.ColumnElement[bool]:
-    return sa.and_(jobs.c.id == job_id, jobs.c.status == JobStatus.RUNNING, jobs.c.lease_owner == owner)
+def _held(owner: str, job_id: str, status: JobStatus = JobStatus.RUNNING) -> sa.ColumnElement[bool]:
+    return sa.and_(jobs.c.id == job_id, jobs.c.status == status, jobs.c.lease_owner == owner)
+
+
+def _leased(owner: str, job_id: str) -> sa.ColumnElement[bool]:
+    """Leased to `owner`: running it, or fetching its file (PENDING)."""
+    return sa.and_(jobs.c.id == job_id, jobs.c.status.in_([JobStatus.RUNNING, JobStatus.PENDING]),
+                   jobs.c.lease_owner == owner)
 
 
 def renew_lease(conn: Connection, *, job_id: str, owner: str, now: dt.datetime, lease_s: int) -> bool:
-    """Extend the lease; False if the job is no longer ours (the reaper took it back)."""
+    """Extend the lease; False if the job is no longer ours (the reaper took it back,
+    or it was cancelled or deleted while its file was being fetched)."""
     result = conn.execute(
-        jobs.update().where(_held(owner, job_id)).values(lease_expires_at=now + dt.timedelta(seconds=lease_s))
+        jobs.update().where(_leased(owner, job_id)).values(lease_expires_at=now + dt.timedelta(seconds=lease_s))
     )
     return result.rowcount == 1
+
+
+def fetched_job(
+    conn: Connection,
+    *,
+    job_id: str,
+    owner: str,
+    file_name: str,
+    file_size: int,
+    mime_type: str,
+    sha256: str,
+    blob_key: str,
+    now: dt.datetime,
+) -> Row[Any] | None:
+    """PENDING → QUEUED once the file is in the blob store, if we still hold the fetch lease
+    (else None: the job was cancelled, deleted or taken back; the caller deletes the blob).
+
+    `attempts` starts again at 0 for the extraction. No event: job.queued was sent when
+    the job was created.
+    """
+    done = conn.execute(
+        jobs.update()
+        .where(_held(owner, job_id, JobStatus.PENDING))
+        .values(
+            status=JobStatus.QUEUED,
+            file_name=file_name[:500],
+            file_size=file_size,
+            mime_type=mime_type,
+            sha256=sha256,
+            blob_key=blob_key,
+            attempts=0,
+            error_code=None,
+            error_message=None,
+            run_after=now,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+    )
+    return _job(conn, job_id) if done.rowcount == 1 else None
 
 
 def complete_job(
@@ -303,7 +379,8 @@ def fail_job(
     retry_at: dt.datetime | None,
     page_count: int | None = None,
 ) -> Row[Any] | None:
-    """RUNNING → QUEUED again at `retry_at`, or → FAILED when `retry_at` is None."""
+    """RUNNING → QUEUED again at `retry_at` (PENDING, fetching its file, stays PENDING until
+    then), or either → FAILED when `retry_at` is None. None if the lease is no longer ours."""
     values: dict[str, Any] = {
         "error_code": code,
         "error_message": message[:2000],
@@ -314,10 +391,10 @@ def fail_job(
     if page_count is not None:
         values["page_count"] = page_count
     if retry_at is not None:
-        values |= {"status": JobStatus.QUEUED, "run_after": retry_at}
+        values |= {"status": _WAITING_AGAIN, "run_after": retry_at}
     else:
         values |= {"status": JobStatus.FAILED, "finished_at": now, "run_after": None}
-    done = conn.execute(jobs.update().where(_held(owner, job_id)).values(**values))
+    done = conn.execute(jobs.update().where(_leased(owner, job_id)).values(**values))
     if done.rowcount != 1:
         return None
     job = _job(conn, job_id)
@@ -328,12 +405,13 @@ def fail_job(
 
 
 def release_job(conn: Connection, *, job_id: str, owner: str, now: dt.datetime) -> bool:
-    """Give a running job back to the queue at shutdown; the attempt does not count."""
+    """Give a running job back to the queue at shutdown (a PENDING one being fetched back to
+    PENDING); the attempt does not count."""
     result = conn.execute(
         jobs.update()
-        .where(_held(owner, job_id))
+        .where(_leased(owner, job_id))
         .values(
-            status=JobStatus.QUEUED,
+            status=_WAITING_AGAIN,
             attempts=jobs.c.attempts - 1,
             run_after=now,
             updated_at=now,
@@ -345,8 +423,10 @@ def release_job(conn: Connection, *, job_id: str, owner: str, now: dt.datetime) 
 
 
 def reap_expired(conn: Connection, *, now: dt.datetime, max_attempts: int) -> int:
-    """Jobs whose worker died: back to QUEUED, or FAILED once out of attempts."""
-    query = sa.select(jobs).where(jobs.c.status == JobStatus.RUNNING, jobs.c.lease_expires_at < now)
+    """Jobs whose worker died: back to QUEUED (PENDING if it was fetching the file), or
+    FAILED once out of attempts."""
+    query = sa.select(jobs).where(jobs.c.status.in_([JobStatus.RUNNING, JobStatus.PENDING]),
+                                  jobs.c.lease_expires_at < now)
     if conn.dialect.name == "postgresql":
         query = query.with_for_update(skip_locked=True)
     expired = list(conn.execute(query))
@@ -362,13 +442,16 @@ def reap_expired(conn: Connection, *, now: dt.datetime, max_attempts: int) -> in
                 retry_at=None,
             )
         else:
-            _update(conn, job.id, now, status=JobStatus.QUEUED, run_after=now, lease_owner=None, lease_expires_at=None)
+            again = JobStatus.PENDING if job.status == JobStatus.PENDING else JobStatus.QUEUED
+            _update(conn, job.id, now, status=again, run_after=now, lease_owner=None, lease_expires_at=None)
     return len(expired)
 
 
 def next_lease_expiry(conn: Connection) -> dt.datetime | None:
     value = conn.execute(
-        sa.select(sa.func.min(jobs.c.lease_expires_at)).where(jobs.c.status == JobStatus.RUNNING)
+        sa.select(sa.func.min(jobs.c.lease_expires_at)).where(
+            jobs.c.status.in_([JobStatus.RUNNING, JobStatus.PENDING])
+        )
     ).scalar()
     return None if value is None else _as_utc(value)
 

@@ -1,0 +1,239 @@
+"""S3 and S3-compatible object stores (MinIO, Ceph, R2, …) through boto3.
+
+boto3 is blocking: every call runs in `trio.to_thread.run_sync` (SPEC §1), on a
+client made once per use (`open_s3_source`) and closed after. botocore clients
+are thread-safe, so chunks of one download may be read from different threads
+one after the other.
+
+`s3_error` is the one translation of botocore's exceptions into SPEC §6 codes,
+shared by the integration and the S3 blob store (`daemon.storage.blobs`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import logging
+import posixpath
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import trio
+
+from daemon.config import Secret
+from daemon.errors import JobError, PermanentJobError, TransientJobError
+from daemon.integrations.base import FileRef, RemoteEntry, RemoteFile, unreachable
+from daemon.jobs.models import ErrorCode
+
+T = TypeVar("T")
+
+# The SDK logs whole requests at DEBUG, credentials in the Authorization header included:
+# whatever docex's own log level, those records never pass.
+for _sdk in ("boto3", "botocore", "s3transfer", "urllib3"):
+    logging.getLogger(_sdk).setLevel(logging.WARNING)
+
+CHUNK_BYTES = 256 * 1024
+# botocore retries a throttled or failed call once more itself; the job's own backoff
+# (daemon.jobs.retry) does the rest, so a long outage does not hold a worker.
+_SDK_MAX_ATTEMPTS = 2
+_CONNECT_TIMEOUT_S = 10
+_READ_TIMEOUT_S = 60
+
+# Error codes of S3's REST API (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html)
+# and the bare status codes botocore reports for bodiless answers (HEAD).
+_NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchVersion"})
+_NO_BUCKET = frozenset({"NoSuchBucket"})
+_WRONG_REGION = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed", "301",
+                           "IllegalLocationConstraintException", "InvalidRegion"})
+_DENIED = frozenset({"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+                     "AllAccessDisabled", "AccountProblem", "InvalidToken", "ExpiredToken", "InvalidBucketName",
+                     "InvalidSecurity", "RequestTimeTooSkewed", "MissingSecurityHeader", "UnauthorizedAccess"})
+_TRANSIENT = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded",
+                        "InternalError", "ServiceUnavailable", "503", "500", "502", "504", "TooManyRequests",
+                        "OperationAborted"})
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Where and as whom to reach a bucket. The secret never shows in a repr."""
+
+    bucket: str
+    region: str
+    access_key_id: str = ""
+    secret_access_key: Secret | None = field(default=None, repr=False)
+    endpoint_url: str | None = None
+    prefix: str = ""
+
+    def object_key(self, *parts: str) -> str:
+        """`parts` joined under the prefix: folders lose their outer slashes, the last part is kept."""
+        *folders, last = parts
+        segments = [p.strip("/") for p in (self.prefix, *folders) if p and p.strip("/")]
+        return "/".join([*segments, last]) if segments else last
+
+    def folder_prefix(self, folder: str) -> str:
+        """The key prefix of a folder under the integration's prefix (``a/b/``; empty: everything)."""
+        segments = [p.strip("/") for p in (self.prefix, folder) if p and p.strip("/")]
+        return "/".join(segments) + "/" if segments else ""
+
+
+def make_client(settings: S3Settings) -> Any:
+    """A botocore S3 client (blocking to build: call it in a thread).
+
+    Path-style addressing with a custom endpoint (what MinIO and most compatibles want).
+    An empty access key id means boto3's own credential chain.
+    """
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    config = BotoConfig(
+        region_name=settings.region,
+        signature_version="s3v4",
+        connect_timeout=_CONNECT_TIMEOUT_S,
+        read_timeout=_READ_TIMEOUT_S,
+        retries={"max_attempts": _SDK_MAX_ATTEMPTS, "mode": "standard"},
+        s3={"addressing_style": "path" if settings.endpoint_url else "auto"},
+        # Checksums only where S3 requires them: what S3-compatible servers (older MinIO, Ceph)
+        # expect, as AWS itself recommends for third-party stores.
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
+    credentials: dict[str, str] = {}
+    if settings.access_key_id and settings.secret_access_key is not None:
+        credentials = {
+            "aws_access_key_id": settings.access_key_id,
+            "aws_secret_access_key": settings.secret_access_key.reveal(),
+        }
+    return boto3.session.Session().client("s3", endpoint_url=settings.endpoint_url or None, config=config,
+                                          **credentials)
+
+
+def s3_error(exc: BaseException, *, bucket: str, key: str | None = None) -> JobError:
+    """The SPEC §6 error for a botocore exception about `bucket` (and `key`).
+
+    Most specific first: a missing bucket is an access problem, not a missing file; a
+    wrong region is told apart from wrong credentials; throttling, 5xx and network
+    failures are transient. Anything else is a permanent INTERNAL_ERROR naming S3's code.
+    """
+    from botocore import exceptions as boto
+
+    where = f"s3://{bucket}/{key}" if key is not None else f"bucket {bucket}"
+    if isinstance(exc, boto.ClientError):
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+        if code in _NO_BUCKET:
+            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, f"Bucket {bucket} does not exist")
+        if code in _NOT_FOUND:
+            return PermanentJobError(ErrorCode.REMOTE_FILE_NOT_FOUND, f"No object {where}")
+        if code in _WRONG_REGION:
+            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED,
+                                     f"Bucket {bucket} is in another region than the one configured ({code})")
+        if code in _DENIED:
+            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED,
+                                     f"S3 refused access to {where} ({code}): check the access key, secret and bucket")
+        if code in _TRANSIENT or status == 429 or status >= 500:
+            return TransientJobError(ErrorCode.INTERNAL_ERROR, f"S3 is unavailable for {where} ({code or status})")
+        if status == 403:
+            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, f"S3 refused access to {where} ({code})")
+        if status == 404:
+            return PermanentJobError(ErrorCode.REMOTE_FILE_NOT_FOUND, f"No object {where} ({code})")
+        return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"S3 answered {code or status} for {where}")
+    if isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError):
+        return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, "No S3 credentials are configured")
+    if isinstance(exc, boto.ParamValidationError):
+        return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, f"Invalid S3 request for {where}: {exc}")
+    if isinstance(exc, boto.ConnectionError | boto.HTTPClientError | boto.IncompleteReadError | OSError):
+        return unreachable(f"S3 for {where}", exc)
+    return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"S3 request for {where} failed ({type(exc).__name__})")
+
+
+async def _call(fn: Callable[[], T], *, bucket: str, key: str | None = None) -> T:
+    """Run one blocking SDK call in a thread, its exceptions translated (`s3_error`)."""
+    try:
+        return await trio.to_thread.run_sync(fn)
+    except Exception as exc:
+        raise s3_error(exc, bucket=bucket, key=key) from exc
+
+
+class S3Source:
+    """An S3 integration as a `RemoteSource`. Build it with `open_s3_source`."""
+
+    def __init__(self, settings: S3Settings, client: Any) -> None:
+        self.settings = settings
+        self._client = client
+
+    async def test(self) -> None:
+        """List one key under the prefix: that needs the right keys, bucket and region."""
+        bucket = self.settings.bucket
+        await _call(lambda: self._client.list_objects_v2(Bucket=bucket, Prefix=self.settings.folder_prefix(""),
+                                                         MaxKeys=1), bucket=bucket)
+
+    @asynccontextmanager
+    async def open(self, ref: FileRef) -> AsyncIterator[RemoteFile]:
+        if ref.key is None:
+            raise PermanentJobError(ErrorCode.REMOTE_FILE_NOT_FOUND, "An S3 source names its object with `key`")
+        bucket = self.settings.bucket
+        key = self.settings.object_key(ref.folder_path or "", ref.key)
+        response = await _call(lambda: self._client.get_object(Bucket=bucket, Key=key), bucket=bucket, key=key)
+        body = response["Body"]
+
+        async def chunks() -> AsyncGenerator[bytes, None]:
+            while chunk := await _call(lambda: body.read(CHUNK_BYTES), bucket=bucket, key=key):
+                yield chunk
+
+        stream = chunks()
+        try:
+            yield RemoteFile(
+                name=posixpath.basename(key) or key,
+                size=response.get("ContentLength"),
+                mime_type=response.get("ContentType"),
+                chunks=stream,
+            )
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+                await trio.to_thread.run_sync(body.close)
+
+    async def list(self, folder: str, *, limit: int) -> list[RemoteEntry]:
+        """Every object under ``prefix/folder`` (recursively), keys relative to the integration's
+        prefix; "directory" placeholders (keys ending in ``/``) are skipped."""
+        return await self._list(self.settings.folder_prefix(folder), limit)
+
+    async def list_prefix(self, prefix: str, *, limit: int) -> builtins.list[RemoteEntry]:
+        """Like `list` for a raw key prefix (``2024/inv`` matches ``2024/invoice-1.pdf``)."""
+        base = self.settings.folder_prefix("")
+        return await self._list(base + prefix.lstrip("/"), limit)
+
+    async def _list(self, prefix: str, limit: int) -> builtins.list[RemoteEntry]:
+        bucket = self.settings.bucket
+        base = self.settings.folder_prefix("")
+        found: builtins.list[RemoteEntry] = []
+        token: str | None = None
+        while len(found) <= limit:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
+            if token:
+                kwargs["ContinuationToken"] = token
+            page = await _call(functools.partial(self._client.list_objects_v2, **kwargs), bucket=bucket)
+            for item in page.get("Contents", []):
+                key = str(item["Key"])
+                if key.endswith("/"):
+                    continue
+                relative = key[len(base):]
+                found.append(RemoteEntry(FileRef(key=relative), posixpath.basename(key), int(item.get("Size", 0))))
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or not token:
+                break
+        return found[: limit + 1]
+
+
+@asynccontextmanager
+async def open_s3_source(settings: S3Settings) -> AsyncIterator[S3Source]:
+    """An `S3Source` with its own client, closed when the block exits."""
+    client = await trio.to_thread.run_sync(make_client, settings)
+    try:
+        yield S3Source(settings, client)
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(client.close)

@@ -1,0 +1,46 @@
+"""Credentials and tokens at rest: one JSON document per integration, sealed with
+AES-256-GCM under WEBHOOK_ENCRYPTION_KEY (`daemon.crypto`) and bound to its row, so a
+sealed value copied to another integration does not open there.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from daemon.config import Config
+from daemon.crypto import key_from_hex, seal, unseal
+from daemon.errors import ConfigError
+
+
+def _associated_data(integration_id: str) -> bytes:
+    return b"integration-secrets:" + integration_id.encode("ascii")
+
+
+def _key(config: Config) -> bytes:
+    """The key in force (read at use time, so SIGHUP applies).
+
+    Raises:
+        ConfigError: no key is configured (development fills one in at start).
+    """
+    if config.webhooks.encryption_key is None:
+        raise ConfigError(["WEBHOOK_ENCRYPTION_KEY: required to store integration credentials"])
+    return key_from_hex(config.webhooks.encryption_key.reveal())
+
+
+def seal_secrets(config: Config, integration_id: str, secrets: dict[str, Any]) -> bytes:
+    plain = json.dumps(secrets, separators=(",", ":"), sort_keys=True).encode("utf-8")
+    return seal(_key(config), plain, associated_data=_associated_data(integration_id))
+
+
+def open_secrets(config: Config, integration_id: str, sealed: bytes | None) -> dict[str, Any]:
+    """The secrets document ({} if none was stored).
+
+    Raises:
+        daemon.crypto.SealError: it does not open under the key in force.
+    """
+    if not sealed:
+        return {}
+    plain = unseal(_key(config), bytes(sealed), associated_data=_associated_data(integration_id))
+    value: dict[str, Any] = json.loads(plain)
+    return value

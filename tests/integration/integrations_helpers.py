@@ -1,0 +1,62 @@
+"""Helpers shared by the integration tests (SPEC §10): S3 integrations on the session's
+moto server, jobs from sources, and the services' configuration for Google."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from daemon.config import Secret
+from daemon.services import Services
+
+
+async def create_s3(client: Any, auth: dict[str, str], s3_server: Any, bucket: str, *,
+                    credentials: Any = None, prefix: str | None = None, region: str = "us-east-1",
+                    endpoint_url: str | None = None, name: str = "Invoices bucket") -> dict[str, Any]:
+    """An S3 integration of the caller on `bucket` of the moto server (admin keys by default)."""
+    creds = credentials or s3_server.admin
+    config: dict[str, Any] = {
+        "accessKeyId": creds.access_key_id,
+        "secretAccessKey": creds.secret_access_key,
+        "bucket": bucket,
+        "region": region,
+        "endpointUrl": endpoint_url or s3_server.endpoint_url,
+    }
+    if prefix is not None:
+        config["prefix"] = prefix
+    r = await client.post("/api/integrations", json={"provider": "s3", "name": name, "config": config},
+                          headers=auth)
+    body = await r.get_json()
+    assert r.status_code == 201, body
+    return body  # type: ignore[no-any-return]
+
+
+async def post_source_job(client: Any, auth: dict[str, str], schema_id: str, source: dict[str, Any],
+                          headers: dict[str, str] | None = None) -> Any:
+    return await client.post("/api/jobs", json={"type": "EXTRACTION", "schemaId": schema_id, "source": source},
+                             headers={**auth, **(headers or {})})
+
+
+async def post_source_run(client: Any, auth: dict[str, str], schema_id: str, sources: list[dict[str, Any]],
+                          headers: dict[str, str] | None = None) -> Any:
+    return await client.post("/api/job-runs", json={"type": "EXTRACTION", "schemaId": schema_id,
+                                                    "sources": sources}, headers={**auth, **(headers or {})})
+
+
+def with_google(services: Services, base_url: str, *, client_id: str = "docex-client",
+                client_secret: str = "docex-client-secret") -> None:
+    """Point the [google] settings at a fake Google on `base_url`."""
+    services.config = dataclasses.replace(services.config, google=dataclasses.replace(
+        services.config.google,
+        client_id=client_id,
+        client_secret=Secret(client_secret),
+        redirect_url="https://docex.example.com/api/integrations/google-drive/callback",
+        auth_url=f"{base_url}/o/oauth2/v2/auth",
+        token_url=f"{base_url}/token",
+        api_base_url=f"{base_url}/drive/v3",
+    ))
+
+
+def with_retry_backoff(services: Services, ms: int = 10) -> None:
+    services.config = dataclasses.replace(services.config, jobs=dataclasses.replace(
+        services.config.jobs, retry_backoff_initial_ms=ms))
