@@ -119,11 +119,15 @@ def _docx_table(table: Any) -> list[list[str]]:
 
 def parse_xlsx(path: Path, options: ParseOptions) -> Document:
     _check_archive(path, "XLSX workbook", "xl/workbook.xml")
+    # A handle, not a path: openpyxl refuses paths without an .xlsx extension, and
+    # blobs have none. Read-only workbooks read lazily, so it stays open until the end.
+    handle = path.open("rb")
     try:
         import openpyxl
 
-        workbook = openpyxl.load_workbook(str(path), read_only=True, data_only=True)
+        workbook = openpyxl.load_workbook(handle, read_only=True, data_only=True)
     except Exception as exc:  # openpyxl and lxml raise many types on malformed parts
+        handle.close()
         raise corrupted("XLSX workbook", exc) from exc
     try:
         sheets = workbook.worksheets
@@ -143,6 +147,7 @@ def parse_xlsx(path: Path, options: ParseOptions) -> Document:
         return Document(tuple(pages))
     finally:
         workbook.close()
+        handle.close()
 
 
 def _trim_columns(rows: list[list[str]]) -> list[list[str]]:
