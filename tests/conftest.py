@@ -69,7 +69,7 @@ def config(tmp_path: Path, database_url: str) -> Config:
 @pytest.fixture
 async def services(config: Config) -> AsyncIterator[Services]:
     """Migrated database and shared services, without the background tasks."""
-    Path(config.data_dir).mkdir(parents=True, exist_ok=True)
+    await trio.to_thread.run_sync(lambda: Path(config.data_dir).mkdir(parents=True, exist_ok=True))
     async with open_services(config) as services:
         await trio.to_thread.run_sync(upgrade, services.db.engine)
         yield services

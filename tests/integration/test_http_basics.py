@@ -155,9 +155,9 @@ async def test_ready_checks_database_migrations_and_running_parts(client, servic
 
 
 async def test_ready_says_when_migrations_are_pending(client, services) -> None:
-    from daemon.storage.migrate import downgrade
-
     import trio
+
+    from daemon.storage.migrate import downgrade
 
     await trio.to_thread.run_sync(downgrade, services.db.engine, "base")
     r = await client.get("/api/ready")

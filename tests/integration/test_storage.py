@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 import trio
 from alembic.autogenerate import compare_metadata
@@ -44,10 +45,8 @@ async def test_a_failing_unit_of_work_rolls_back(services) -> None:
         raise ValueError("boom")
 
     await services.db.run(setup)
-    try:
+    with pytest.raises(ValueError, match="boom"):
         await services.db.run(insert_then_fail)
-    except ValueError:
-        pass
     assert await services.db.read(lambda c: c.execute(sa.text("SELECT count(*) FROM scratch")).scalar_one()) == 0
 
 

@@ -88,7 +88,8 @@ def test_other_settings_are_docex_section_key() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "unit_s", "expected"),
-    [("15m", 1, 900), ("30d", 1, 2592000), ("10s", 0.001, 10000), ("250ms", 0.001, 250), (45, 1, 45), ("1.5h", 1, 5400)],
+    [("15m", 1, 900), ("30d", 1, 2592000), ("10s", 0.001, 10000), ("250ms", 0.001, 250), (45, 1, 45),
+     ("1.5h", 1, 5400)],
 )
 def test_durations(raw: object, unit_s: float, expected: int) -> None:
     assert parse_duration(raw, unit_s) == expected
