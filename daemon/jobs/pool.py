@@ -19,6 +19,7 @@ expire.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import functools
 import logging
 import os
@@ -195,14 +196,7 @@ async def _record(services: Services, job: Any, owner: str, outcome: Extraction 
         )
         label = "completed"
     else:
-        retry_at = next_attempt_at(
-            attempts=job.attempts,
-            max_attempts=services.config.jobs.max_attempts,
-            retryable=outcome.retryable,
-            now=now,
-            initial_delay_s=services.config.jobs.retry_backoff_initial_ms / 1000,
-            retry_after_s=outcome.retry_after_s,
-        )
+        retry_at = _retry_at(services, job, outcome, now)
         done = await services.db.run(
             repo.fail_job,
             job_id=job.id,
@@ -265,14 +259,7 @@ async def _record_fetch(services: Services, job: Any, owner: str, outcome: Fetch
         else:
             services.jobs_wakeup.set()  # QUEUED now: an idle worker takes it at once
         return
-    retry_at = next_attempt_at(
-        attempts=job.attempts,
-        max_attempts=services.config.jobs.max_attempts,
-        retryable=outcome.retryable,
-        now=now,
-        initial_delay_s=services.config.jobs.retry_backoff_initial_ms / 1000,
-        retry_after_s=outcome.retry_after_s,
-    )
+    retry_at = _retry_at(services, job, outcome, now)
     await services.db.run(repo.fail_job, job_id=job.id, owner=owner, code=outcome.code, message=outcome.message,
                           now=now, retry_at=retry_at)
     label = "retried" if retry_at else "failed"
@@ -281,6 +268,18 @@ async def _record_fetch(services: Services, job: Any, owner: str, outcome: Fetch
     if retry_at is not None:
         services.jobs_wakeup.set()
     services.deliveries_wakeup.set()  # job.failed (and the run's events) are in the outbox
+
+
+def _retry_at(services: Services, job: Any, outcome: JobError, now: dt.datetime) -> dt.datetime | None:
+    """When the failed attempt runs again under the current settings (None: it fails now)."""
+    return next_attempt_at(
+        attempts=job.attempts,
+        max_attempts=services.config.jobs.max_attempts,
+        retryable=outcome.retryable,
+        now=now,
+        initial_delay_s=services.config.jobs.retry_backoff_initial_ms / 1000,
+        retry_after_s=outcome.retry_after_s,
+    )
 
 
 async def _keep_lease(services: Services, job_id: str, owner: str, work: trio.CancelScope) -> None:
