@@ -36,13 +36,14 @@ class LimitedBody(TrioBody):
         # Set once the rest of the body is being dropped: the answer then closes the
         # connection, since the unread remainder would block the next request on it.
         self.discarded = self._must_raise is not None
-        # Flow control applies once the handler iterates the body; a handler that awaits
-        # the whole body needs it all buffered, and gets the small JSON limit instead.
-        self._streaming = False
+        # Flow control applies to bodies a handler streams (uploads, from their first byte)
+        # or starts to iterate; a handler that awaits a whole body needs it all buffered,
+        # and gets the small JSON limit instead.
+        self.flow_controlled = False
         self._drained = trio.Event()
 
     async def __anext__(self) -> bytes:
-        self._streaming = True
+        self.flow_controlled = True
         try:
             return await super().__anext__()
         finally:
@@ -50,7 +51,7 @@ class LimitedBody(TrioBody):
 
     async def wait_for_room(self) -> None:
         """Return when another chunk may be buffered."""
-        while self._streaming and not self.discarded and len(self._data) >= HIGH_WATER_BYTES:
+        while self.flow_controlled and not self.discarded and len(self._data) >= HIGH_WATER_BYTES:
             self._drained = trio.Event()
             await self._drained.wait()
 
@@ -97,9 +98,14 @@ class DocexRequest(TrioRequest):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Uploads are streamed and their files counted one by one (daemon.jobs.upload);
         # only other bodies get the small JSON limit.
-        if "multipart/form-data" in (args[4] if len(args) > 4 else kwargs["headers"]).get("Content-Type", ""):
+        multipart = "multipart/form-data" in (args[4] if len(args) > 4 else kwargs["headers"]).get("Content-Type", "")
+        if multipart:
             kwargs["max_content_length"] = None
         super().__init__(*args, **kwargs)
+        if multipart:
+            # Upload routes stream their body; hold it back from the first byte, or a fast
+            # client fills memory while the guard is still looking up the credential.
+            self.body.flow_controlled = True
 
     body: LimitedBody
 
