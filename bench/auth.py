@@ -35,13 +35,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
-import os
 import re
 import shutil
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -51,162 +47,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-DOCEX = VENV_BIN / "docex"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from harness import DOCEX, Daemon, cpu_s, expect, verdict
 
 TARGET_ME_RATIO = 0.60
 
 PASSWORD = "bench-password-0123"
 EMAIL = "bench@example.com"
 
-# Rate limits raised so that they never answer 429 during the bench.
-RAISED_LIMITS = {
-    "DOCEX_RATE_LIMITS_AUTHENTICATED": "100000000/min",
-    "DOCEX_RATE_LIMITS_LOGIN": "1000000/min",
-    "DOCEX_RATE_LIMITS_REGISTER": "1000000/min",
-    "DOCEX_RATE_LIMITS_REFRESH": "1000000/min",
-}
 
-
-# --- Python load generator (fallback when wrk cannot be had) ---------------------
-
-def py_load(spec: dict[str, Any]) -> None:
-    """Keep `connections` keep-alive connections busy for `seconds`; print a JSON count."""
-    import asyncio
-
-    import httpx
-
-    async def main() -> dict[str, Any]:
-        done = errors = 0
-        latencies: list[float] = []
-        connections = spec["connections"]
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        async with httpx.AsyncClient(limits=limits, timeout=30, headers=spec.get("headers") or {}) as client:
-            start = time.monotonic()
-            end = start + spec["seconds"]
-
-            async def worker() -> None:
-                nonlocal done, errors
-                while time.monotonic() < end:
-                    t0 = time.monotonic()
-                    try:
-                        r = await client.request(spec["method"], spec["url"], content=spec.get("body"))
-                        if r.status_code == 200:
-                            done += 1
-                            latencies.append(time.monotonic() - t0)
-                        else:
-                            errors += 1
-                    except httpx.HTTPError:
-                        errors += 1
-
-            await asyncio.gather(*(worker() for _ in range(connections)))
-            elapsed = time.monotonic() - start
-        return {"requests": done, "errors": errors, "elapsed": elapsed, "latencies": latencies}
-
-    print(json.dumps(asyncio.run(main())), flush=True)
-
-
-# --- process helpers --------------------------------------------------------------
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM if the bench dies, so nothing is left behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Daemon:
-    """`docex serve` on 127.0.0.1:`port`, logging to `workdir/docex.log`."""
-
-    def __init__(self, workdir: Path, port: int, env: dict[str, str]) -> None:
-        self.workdir = workdir
-        self.port = port
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start_s = 0.0
-        self.stop_s = 0.0
-        self.exit_code: int | None = None
-        self.killed = False
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / "docex.log"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def start(self, timeout_s: float = 60.0) -> None:
-        import httpx
-
-        t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [str(DOCEX), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                env=self.env, cwd=self.workdir, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-            )
-        deadline = t0 + timeout_s
-        with httpx.Client(timeout=2) as client:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"docex exited {self.proc.returncode} before /api/health answered:\n"
-                                       f"{self.tail()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get(f"{self.base}/api/health").status_code == 200:
-                        break
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"docex: /api/health not 200 within {timeout_s:.0f} s:\n{self.tail()}")
-                time.sleep(0.05)
-        self.start_s = time.monotonic() - t0
-
-    def stop(self, timeout_s: float = 45.0) -> int | None:
-        """SIGTERM, wait; SIGKILL if it will not go. Returns the exit code (None if killed)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            t0 = time.monotonic()
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-                self.stop_s = time.monotonic() - t0
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                self.killed = True
-                self.exit_code = None
-                return None
-        self.exit_code = self.proc.returncode
-        return self.exit_code
-
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """utime+stime of `pid`, all threads (the daemon starts no child processes for HTTP)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # stat fields 14 and 15
-
+# --- daemon figures -----------------------------------------------------------------
 
 def measured(pid: int, run: Any) -> dict[str, Any]:
     """`run()` (a load run), plus the daemon's CPU time per request it answered.
@@ -219,17 +70,6 @@ def measured(pid: int, run: Any) -> dict[str, Any]:
     result["cpu_s"] = round(used, 2)
     result["cpu_ms_per_req"] = used * 1000 / result["requests"] if result["requests"] else None
     return result
-
-
-def daemon_env(data_dir: Path, access_log: bool, bcrypt_rounds: int | None) -> dict[str, str]:
-    # Nothing inherited from a DOCEX_* environment (or systemd's) may change what is measured.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DOCEX_", "WATCHDOG_", "NOTIFY_", "JWT_", "API_KEY_", "MAX_", "WEBHOOK_"))}
-    env.update(RAISED_LIMITS)
-    env.update(DOCEX_DATA_DIR=str(data_dir), DOCEX_LOG_ACCESS="true" if access_log else "false")
-    if bcrypt_rounds is not None:
-        env["DOCEX_AUTH_BCRYPT_ROUNDS"] = str(bcrypt_rounds)
-    return env
 
 
 def effective_config(env: dict[str, str]) -> dict[str, Any]:
@@ -253,28 +93,6 @@ def stored_hash_cost(data_dir: Path, email: str) -> int | None:
 
 
 # --- load generation --------------------------------------------------------------
-
-def ensure_wrk() -> str | None:
-    found = shutil.which("wrk")
-    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return found
-    print("wrk not found: trying apt-get install -y wrk", flush=True)
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "timeout": 300}
-    with contextlib.suppress(Exception):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if subprocess.run(["apt-get", "install", "-y", "wrk"], env=env, **quiet).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, **quiet)
-            subprocess.run(["apt-get", "install", "-y", "wrk"], env=env, **quiet)
-    return shutil.which("wrk")
-
-
-_WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
-
-
-def _ms(text: str) -> float | None:
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    return float(m.group(1)) * _WRK_UNITS[m.group(2)] if m else None
-
 
 def _lua_string(s: str) -> str:
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -317,53 +135,31 @@ class Load:
                 argv += ["-s", str(script)]
             for attempt in range(2):  # one retry: wrk now and then dies on a loaded machine
                 proc = subprocess.run([*argv, url], capture_output=True, text=True, timeout=seconds + 90,
-                                      preexec_fn=_die_with_parent)
+                                      preexec_fn=harness.die_with_parent)
                 out = proc.stdout
-                total = re.search(r"(\d+) requests in ([\d.]+)(us|ms|s|m),", out)
-                rps = re.search(r"Requests/sec:\s*([\d.]+)", out)
-                if rps and total:
+                figures = harness.parse_wrk(out)
+                if figures["rps"] is not None and figures["requests"] is not None:
                     break
                 print(f"warning: wrk exited {proc.returncode} without figures (attempt {attempt + 1}): "
                       f"{(proc.stderr or out).strip()[:300]!r}", file=sys.stderr, flush=True)
             else:
                 raise RuntimeError(f"cannot parse wrk output:\n{out}\n{proc.stderr}")
-            non2xx = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", out)
-            sock_err = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-            latency = re.search(r"Latency\s+(\S+)\s+(\S+)\s+(\S+)", out)
-            p50 = re.search(r"^\s*50%\s+(\S+)", out, re.M)
-            p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
-            errors = (int(non2xx.group(1)) if non2xx else 0) + (
-                sum(int(x) for x in sock_err.groups()) if sock_err else 0)
-            requests = int(total.group(1))
-            elapsed_s = (_ms(total.group(2) + total.group(3)) or 0.0) / 1000
-            ok = max(0, requests - (int(non2xx.group(1)) if non2xx else 0))
+            elapsed_s = figures["elapsed_s"]
+            ok = max(0, figures["requests"] - figures["non2xx"])
             return {
                 # Only 200s count: a bench that measured fast 401s would be worse than none.
-                "rps": ok / elapsed_s if elapsed_s > 0 else float(rps.group(1)),
-                "requests": requests,
-                "errors": errors,
-                "latency_avg_ms": _ms(latency.group(1)) if latency else None,
-                "latency_p50_ms": _ms(p50.group(1)) if p50 else None,
-                "latency_p99_ms": _ms(p99.group(1)) if p99 else None,
+                "rps": ok / elapsed_s if elapsed_s > 0 else figures["rps"],
+                "requests": figures["requests"],
+                "errors": figures["non2xx"] + figures["socket_errors"],
+                "latency_avg_ms": figures["latency_avg_ms"],
+                "latency_p50_ms": figures["latency_p50_ms"],
+                "latency_p99_ms": figures["latency_p99_ms"],
             }
         # Python fallback: `t` processes sharing `c` connections.
         spec = {"url": url, "seconds": seconds, "connections": max(1, c // t), "headers": headers,
-                "method": method, "body": body}
-        procs = [
-            subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--pyload", json.dumps(spec)],
-                             stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
-            for _ in range(t)
-        ]
-        results = []
-        try:
-            for p in procs:
-                out, _ = p.communicate(timeout=seconds + 90)
-                results.append(json.loads(out.strip().splitlines()[-1]))
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
+                "method": method, "body": body, "timeout": 30, "latencies": True}
+        results = harness.py_load_processes(
+            [sys.executable, str(Path(__file__).resolve()), "--pyload", json.dumps(spec)], t, timeout_s=seconds + 90)
         lat = sorted(x for r in results for x in r["latencies"])
 
         def pct(q: float) -> float | None:
@@ -381,10 +177,6 @@ class Load:
 
 # --- the bench ----------------------------------------------------------------------
 
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def _fmt_ms(v: float | None) -> str:
     return f"{v:.2f} ms" if v is not None else "n/a"
 
@@ -394,15 +186,10 @@ def setup_accounts(base: str) -> dict[str, Any]:
     import httpx
 
     with httpx.Client(base_url=base, timeout=60) as client:
-        r = client.post("/api/auth/register", json={"name": "Bench", "email": EMAIL, "password": PASSWORD})
-        if r.status_code != 201:
-            raise RuntimeError(f"register: {r.status_code} {r.text}")
-        pair = r.json()
+        pair = harness.register(client, EMAIL, PASSWORD)
         access = pair["accessToken"]
         r = client.post("/api/auth/api-keys", json={"name": "bench"}, headers={"Authorization": f"Bearer {access}"})
-        if r.status_code != 201:
-            raise RuntimeError(f"create API key: {r.status_code} {r.text}")
-        api_key = r.json()["apiKey"]
+        api_key = expect(r, 201, "create API key")["apiKey"]
         for label, cred in (("access token", access), ("API key", api_key)):
             r = client.get("/api/auth/me", headers={"Authorization": f"Bearer {cred}"})
             if r.status_code != 200 or r.json().get("email") != EMAIL:
@@ -416,9 +203,7 @@ def fresh_access_token(base: str) -> str:
 
     with httpx.Client(base_url=base, timeout=60) as client:
         r = client.post("/api/auth/login", json={"email": EMAIL, "password": PASSWORD})
-        if r.status_code != 200:
-            raise RuntimeError(f"login: {r.status_code} {r.text}")
-        return str(r.json()["accessToken"])
+        return str(expect(r, 200, "login")["accessToken"])
 
 
 def single_login_latency(base: str, n: int) -> list[float]:
@@ -431,8 +216,7 @@ def single_login_latency(base: str, n: int) -> list[float]:
             t0 = time.perf_counter()
             r = client.post("/api/auth/login", json={"email": EMAIL, "password": PASSWORD})
             out.append(time.perf_counter() - t0)
-            if r.status_code != 200:
-                raise RuntimeError(f"login: {r.status_code} {r.text}")
+            expect(r, 200, "login")
     return out
 
 
@@ -452,23 +236,22 @@ def main() -> int:
     parser.add_argument("--pyload", metavar="SPEC", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.pyload is not None:
-        py_load(json.loads(args.pyload))
+        harness.py_load(json.loads(args.pyload))
         return 0
     login_seconds = args.login_seconds or args.seconds
 
-    if not DOCEX.exists():
-        print(f"{DOCEX} not found: run `make .venv/.installed-test` first", file=sys.stderr)
+    if not harness.require_docex():
         return 1
 
-    figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                               "seconds": args.seconds, "rounds": args.rounds,
+    figures: dict[str, Any] = {**harness.machine_figures(), "seconds": args.seconds, "rounds": args.rounds,
                                "access_log": args.access_log}
     failed = False
     daemon: Daemon | None = None
     workdir = Path(tempfile.mkdtemp(prefix="docex-bench-auth-"))
     try:
         data_dir = workdir / "data"
-        env = daemon_env(data_dir, args.access_log, args.bcrypt_rounds)
+        env = harness.daemon_env(data_dir, access_log=args.access_log, **(
+            {"DOCEX_AUTH_BCRYPT_ROUNDS": str(args.bcrypt_rounds)} if args.bcrypt_rounds is not None else {}))
         config = effective_config(env)
         cost = int(config["auth"]["bcrypt_rounds"])
         figures["bcrypt_rounds"] = cost
@@ -479,7 +262,7 @@ def main() -> int:
               f"log.access = {config['log']['access']}, rate_limits.authenticated = "
               f"{config['rate_limits']['authenticated']}, login = {config['rate_limits']['login']}", flush=True)
 
-        daemon = Daemon(workdir, free_port(), env)
+        daemon = Daemon("docex", workdir, env)
         daemon.start()
         figures["start_to_health_s"] = round(daemon.start_s, 3)
         print(f"start    docex serve pid {daemon.pid} on :{daemon.port}, /api/health 200 after "
@@ -490,7 +273,7 @@ def main() -> int:
         print(f"setup    registered {EMAIL}, API key created; /me answers 200 with both "
               f"(stored hash cost {figures['stored_hash_cost']})", flush=True)
 
-        wrk = None if args.python_load else ensure_wrk()
+        wrk = None if args.python_load else harness.ensure_wrk()
         gen = Load(wrk, args.threads, args.connections, workdir)
         figures["load_generator"] = gen.describe()
         print(f"load     {gen.describe()}, {args.seconds:g} s x {args.rounds} rounds, interleaved", flush=True)

@@ -39,11 +39,8 @@ reported as MISS and does not fail the run.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import ctypes
 import json
 import os
-import re
 import shutil
 import signal
 import socket
@@ -52,21 +49,17 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-DOCEX = VENV_BIN / "docex"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from harness import CLK_TCK, Daemon, descendants, tree_cpu_s, tree_rss_kb, verdict
 
 TARGET_START_S = 2.0
 TARGET_RSS_MB = 120.0
 TARGET_IDLE_PCT = 1.0
 TARGET_RATIO = 0.80
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 # --- bare baseline server (runs in its own process) -----------------------------
@@ -125,256 +118,46 @@ def bare_server(port: int, shielded: bool = False) -> None:
     trio.run(main)
 
 
-# --- Python load generator (fallback when wrk cannot be had) ---------------------
+# --- servers ------------------------------------------------------------------------
 
-def py_load(url: str, seconds: float, connections: int) -> None:
-    """Keep `connections` keep-alive connections busy for `seconds`; print a JSON count."""
-    import asyncio
-
-    import httpx
-
-    async def main() -> dict[str, Any]:
-        done = errors = 0
-        limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-        async with httpx.AsyncClient(limits=limits, timeout=10) as client:
-            start = time.monotonic()
-            end = start + seconds
-
-            async def worker() -> None:
-                nonlocal done, errors
-                while time.monotonic() < end:
-                    try:
-                        r = await client.get(url)
-                        if r.status_code == 200:
-                            done += 1
-                        else:
-                            errors += 1
-                    except httpx.HTTPError:
-                        errors += 1
-
-            await asyncio.gather(*(worker() for _ in range(connections)))
-            elapsed = time.monotonic() - start
-        return {"requests": done, "errors": errors, "elapsed": elapsed}
-
-    print(json.dumps(asyncio.run(main())), flush=True)
+def docex_server(name: str, workdir: Path, access_log: bool) -> Daemon:
+    env = harness.clean_env(("DOCEX_", "WATCHDOG_", "NOTIFY_"))
+    env.update(DOCEX_DATA_DIR=str(workdir / f"{name}-data"), DOCEX_LOG_ACCESS="true" if access_log else "false")
+    return Daemon(name, workdir, env, tail_lines=20)
 
 
-# --- process helpers --------------------------------------------------------------
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM if the bench dies, so nothing is left behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def descendants(pid: int) -> list[int]:
-    """Live descendants of `pid`, found through /proc/*/stat's ppid."""
-    parents: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents.setdefault(int(fields[1]), []).append(int(entry))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        children = parents.get(todo.pop(), [])
-        out += children
-        todo += children
-    return out
-
-
-def rss_kb(pid: int) -> int:
-    total = 0
-    for p in [pid, *descendants(pid)]:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-    return total
-
-
-def cpu_s(pid: int) -> float:
-    """utime+stime (all threads) of `pid` and its live descendants, plus reaped children."""
-    ticks = 0
-    for p in [pid, *descendants(pid)]:
-        with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            # fields[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17
-            ticks += sum(int(x) for x in fields[11:15])
-    return ticks / CLK_TCK
-
-
-@dataclass
-class Server:
-    name: str
-    argv: list[str]
-    env: dict[str, str]
-    workdir: Path
-    proc: subprocess.Popen[bytes] | None = None
-    port: int = 0
-    start_s: float = 0.0
-    start_cpu_s: float = 0.0
-    ready_message: dict[str, str] = field(default_factory=dict)
-    exit_code: int | None = None
-    stop_s: float = 0.0
-
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / f"{self.name}.log"
-
-    def tail(self, lines: int = 20) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def start(self, timeout_s: float = 30.0) -> None:
-        """Exec with NOTIFY_SOCKET set; return once READY=1 arrives (start_s measured)."""
-        sock_path = self.workdir / f"{self.name}.notify"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as notify:
-            notify.bind(str(sock_path))
-            notify.settimeout(0.1)
-            env = {**self.env, "NOTIFY_SOCKET": str(sock_path)}
-            with open(self.log_path, "wb") as log:
-                t0 = time.monotonic()
-                self.proc = subprocess.Popen(
-                    self.argv, env=env, cwd=self.workdir, stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-                )
-            deadline = t0 + timeout_s
-            while True:
-                try:
-                    data = notify.recv(4096)
-                except TimeoutError:
-                    if self.proc.poll() is not None:
-                        raise RuntimeError(f"{self.name} exited {self.proc.returncode} before READY=1:\n"
-                                           f"{self.tail()}") from None
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"{self.name}: no READY=1 within {timeout_s:.0f} s:\n"
-                                           f"{self.tail()}") from None
-                    continue
-                fields = dict(line.split("=", 1) for line in data.decode().splitlines() if "=" in line)
-                if fields.get("READY") == "1":
-                    self.start_s = time.monotonic() - t0
-                    self.start_cpu_s = cpu_s(self.proc.pid)
-                    self.ready_message = fields
-                    break
-        sock_path.unlink(missing_ok=True)
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def stop(self, timeout_s: float = 45.0) -> int | None:
-        """SIGTERM, wait; SIGKILL if it will not go. Returns the exit code (None if killed)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            t0 = time.monotonic()
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-                self.stop_s = time.monotonic() - t0
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                self.exit_code = None
-                return None
-        self.exit_code = self.proc.returncode
-        return self.exit_code
-
-
-def docex_server(name: str, workdir: Path, port: int, access_log: bool) -> Server:
-    data_dir = workdir / f"{name}-data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DOCEX_", "WATCHDOG_", "NOTIFY_"))}
-    env.update(DOCEX_DATA_DIR=str(data_dir), DOCEX_LOG_ACCESS="true" if access_log else "false")
-    server = Server(name, [str(DOCEX), "serve", "--host", "127.0.0.1", "--port", str(port)], env, workdir)
-    server.port = port
-    return server
-
-
-def bare(workdir: Path, port: int, shielded: bool = False) -> Server:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("WATCHDOG_", "NOTIFY_"))}
+def bare(workdir: Path, shielded: bool = False) -> Daemon:
+    port = harness.free_port()
+    env = harness.clean_env(("WATCHDOG_", "NOTIFY_"))
     argv = [sys.executable, str(Path(__file__).resolve()), "--bare-server", str(port)]
-    server = Server("bare-shielded" if shielded else "bare", argv + ["--shielded"] * shielded, env, workdir)
-    server.port = port
-    return server
+    return Daemon("bare-shielded" if shielded else "bare", workdir, env, port=port,
+                  argv=argv + ["--shielded"] * shielded, tail_lines=20)
 
 
 # --- load generation --------------------------------------------------------------
-
-def ensure_wrk() -> str | None:
-    found = shutil.which("wrk")
-    if found or os.geteuid() != 0 or not shutil.which("apt-get"):
-        return found
-    print("wrk not found: trying apt-get install -y wrk", flush=True)
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "timeout": 300}
-    with contextlib.suppress(Exception):
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        if subprocess.run(["apt-get", "install", "-y", "wrk"], env=env, **quiet).returncode != 0:
-            subprocess.run(["apt-get", "update"], env=env, **quiet)
-            subprocess.run(["apt-get", "install", "-y", "wrk"], env=env, **quiet)
-    return shutil.which("wrk")
-
-
-_WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
-
-
-def _ms(text: str) -> float:
-    m = re.fullmatch(r"([\d.]+)(us|ms|s|m)", text)
-    return float(m.group(1)) * _WRK_UNITS[m.group(2)] if m else float("nan")
-
 
 def load(url: str, seconds: float, threads: int, connections: int, wrk: str | None) -> dict[str, Any]:
     """One load run against `url`: req/s, errors and (wrk) latency."""
     if wrk:
         out = subprocess.run(
             [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--latency", url],
-            capture_output=True, text=True, timeout=seconds + 60, preexec_fn=_die_with_parent,
+            capture_output=True, text=True, timeout=seconds + 60, preexec_fn=harness.die_with_parent,
         ).stdout
-        rps = re.search(r"Requests/sec:\s*([\d.]+)", out)
-        count = re.search(r"(\d+) requests in", out)
-        if not rps:
+        figures = harness.parse_wrk(out, unparsed=float("nan"))
+        if figures["rps"] is None:
             raise RuntimeError(f"cannot parse wrk output:\n{out}")
-        non2xx = re.search(r"Non-2xx or 3xx responses:\s*(\d+)", out)
-        sock_err = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
-        latency = re.search(r"Latency\s+(\S+)\s+(\S+)\s+(\S+)", out)
-        p99 = re.search(r"^\s*99%\s+(\S+)", out, re.M)
         return {
-            "rps": float(rps.group(1)),
-            "requests": int(count.group(1)) if count else 0,
-            "errors": (int(non2xx.group(1)) if non2xx else 0)
-            + (sum(int(x) for x in sock_err.groups()) if sock_err else 0),
-            "latency_avg_ms": _ms(latency.group(1)) if latency else None,
-            "latency_p99_ms": _ms(p99.group(1)) if p99 else None,
+            "rps": figures["rps"],
+            "requests": figures["requests"] or 0,
+            "errors": figures["non2xx"] + figures["socket_errors"],
+            "latency_avg_ms": figures["latency_avg_ms"],
+            "latency_p99_ms": figures["latency_p99_ms"],
         }
     # Python fallback: `threads` processes sharing `connections` connections.
     per = max(1, connections // threads)
-    procs = [
-        subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--pyload", url, str(seconds), str(per)],
-                         stdout=subprocess.PIPE, text=True, preexec_fn=_die_with_parent)
-        for _ in range(threads)
-    ]
-    results = []
-    try:
-        for p in procs:
-            out, _ = p.communicate(timeout=seconds + 60)
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+    results = harness.py_load_processes(
+        [sys.executable, str(Path(__file__).resolve()), "--pyload", url, str(seconds), str(per)],
+        threads, timeout_s=seconds + 60)
     return {
         "rps": sum(r["requests"] / r["elapsed"] for r in results),
         "requests": sum(r["requests"] for r in results),
@@ -385,10 +168,6 @@ def load(url: str, seconds: float, threads: int, connections: int, wrk: str | No
 
 
 # --- the bench ----------------------------------------------------------------------
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -407,24 +186,23 @@ def main() -> int:
         bare_server(args.bare_server, shielded=args.shielded)
         return 0
     if args.pyload is not None:
-        py_load(args.pyload[0], float(args.pyload[1]), int(args.pyload[2]))
+        harness.py_load({"url": args.pyload[0], "seconds": float(args.pyload[1]),
+                         "connections": int(args.pyload[2]), "timeout": 10})
         return 0
 
-    if not DOCEX.exists():
-        print(f"{DOCEX} not found: run `make .venv/.installed-test` first", file=sys.stderr)
+    if not harness.require_docex():
         return 1
 
-    figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
-                               "loadavg_at_start": round(os.getloadavg()[0], 2)}
+    figures: dict[str, Any] = {**harness.machine_figures(), "loadavg_at_start": round(os.getloadavg()[0], 2)}
     print(f"machine  {os.cpu_count()} cpus, load average {os.getloadavg()[0]:.2f} at start", flush=True)
     failed = False
-    servers: list[Server] = []
+    servers: list[Daemon] = []
     workdir = Path(tempfile.mkdtemp(prefix="docex-bench-"))
     try:
         # 1-3: the daemon as the brief runs it (access log off), alone on the machine.
-        main_server = docex_server("docex", workdir, free_port(), access_log=False)
+        main_server = docex_server("docex", workdir, access_log=False)
         servers.append(main_server)
-        main_server.start()
+        main_server.start_notified()
         if main_server.ready_message.get("MAINPID") not in (None, str(main_server.pid)):
             print(f"note: READY carried MAINPID={main_server.ready_message['MAINPID']}, "
                   f"Popen pid {main_server.pid}")
@@ -435,7 +213,7 @@ def main() -> int:
               f"({main_server.start_cpu_s:.2f} s of cpu: wall ≫ cpu means a busy machine)", flush=True)
 
         time.sleep(args.settle_seconds)
-        rss_mb = rss_kb(main_server.pid) / 1024
+        rss_mb = tree_rss_kb(main_server.pid) / 1024
         figures["rss_mb"] = round(rss_mb, 1)
         figures["children"] = len(descendants(main_server.pid))
         threads = len(os.listdir(f"/proc/{main_server.pid}/task"))
@@ -444,9 +222,9 @@ def main() -> int:
               f"{verdict(rss_mb < TARGET_RSS_MB)}   ({figures['children']} children, {threads} threads)",
               flush=True)
 
-        c0, w0 = cpu_s(main_server.pid), time.monotonic()
+        c0, w0 = tree_cpu_s(main_server.pid), time.monotonic()
         time.sleep(args.idle_seconds)
-        c1, w1 = cpu_s(main_server.pid), time.monotonic()
+        c1, w1 = tree_cpu_s(main_server.pid), time.monotonic()
         idle_pct = 100 * (c1 - c0) / (w1 - w0)
         figures["idle_cpu_pct"] = round(idle_pct, 3)
         figures["idle_seconds"] = round(w1 - w0, 1)
@@ -454,20 +232,20 @@ def main() -> int:
               f"{verdict(idle_pct < TARGET_IDLE_PCT)}   ({c1 - c0:.2f} s cpu, 1/{CLK_TCK} s ticks)", flush=True)
 
         # 4: throughput, docex (log off, log on) against the bare app, alternately.
-        wrk = None if args.python_load else ensure_wrk()
+        wrk = None if args.python_load else harness.ensure_wrk()
         generator = (f"wrk -t{args.threads} -c{args.connections}" if wrk
                      else f"python/httpx, {args.threads} processes × {max(1, args.connections // args.threads)} "
                           "connections (may itself be the bottleneck)")
         figures["load_generator"] = generator
-        bare_server_ = bare(workdir, free_port())
-        shielded = bare(workdir, free_port(), shielded=True)
-        logged = docex_server("docex-accesslog", workdir, free_port(), access_log=True)
+        bare_server_ = bare(workdir)
+        shielded = bare(workdir, shielded=True)
+        logged = docex_server("docex-accesslog", workdir, access_log=True)
         servers += [bare_server_, shielded, logged]
         for server in (bare_server_, shielded, logged):
-            server.start()
+            server.start_notified()
         figures["bare_start_s"] = round(bare_server_.start_s, 3)
         figures["bare_start_cpu_s"] = round(bare_server_.start_cpu_s, 3)
-        figures["bare_rss_mb"] = round(rss_kb(bare_server_.pid) / 1024, 1)
+        figures["bare_rss_mb"] = round(tree_rss_kb(bare_server_.pid) / 1024, 1)
         print(f"baseline bare app: start {bare_server_.start_s:.3f} s ({bare_server_.start_cpu_s:.2f} s cpu), "
               f"rss {figures['bare_rss_mb']:.1f} MB")
         print(f"load     GET /api/health, {generator}, {args.load_seconds:g} s × {args.rounds} rounds", flush=True)
@@ -480,11 +258,11 @@ def main() -> int:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in targets}
         for r in range(args.rounds):
             for name, server in targets.items():
-                c0 = cpu_s(server.pid)
+                c0 = tree_cpu_s(server.pid)
                 result = load(f"http://127.0.0.1:{server.port}/api/health", args.load_seconds,
                               args.threads, args.connections, wrk)
                 # Server CPU per request: not skewed by the load generator, still by a busy machine.
-                result["cpu_us_per_req"] = 1e6 * (cpu_s(server.pid) - c0) / max(1, result["requests"])
+                result["cpu_us_per_req"] = 1e6 * (tree_cpu_s(server.pid) - c0) / max(1, result["requests"])
                 runs[name].append(result)
                 lat = (f", avg {result['latency_avg_ms']:.2f} ms, p99 {result['latency_p99_ms']:.2f} ms"
                        if result["latency_avg_ms"] is not None else "")
@@ -534,9 +312,9 @@ def main() -> int:
               f"docex against it: {vs['log_on']:.3f} (log on), {vs['log_off']:.3f} (log off)")
         if any(errors.values()):
             print(f"warning: load errors {errors}")
-        figures["rss_after_load_mb"] = round(rss_kb(main_server.pid) / 1024, 1)
+        figures["rss_after_load_mb"] = round(tree_rss_kb(main_server.pid) / 1024, 1)
         print(f"rss      docex after load  {figures['rss_after_load_mb']:7.1f} MB (log off), "
-              f"{rss_kb(logged.pid) / 1024:.1f} MB (log on)", flush=True)
+              f"{tree_rss_kb(logged.pid) / 1024:.1f} MB (log on)", flush=True)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         failed = True

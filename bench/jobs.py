@@ -37,15 +37,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import datetime as dt
 import json
-import os
 import secrets
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -55,9 +51,9 @@ from typing import Any
 
 import httpx
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-DOCEX = VENV_BIN / "docex"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness
+from harness import Daemon, cpu_s, expect, percentile, proc_status, verdict
 
 MiB = 1024 * 1024
 TARGET_RSS_GROWTH = 32 * MiB
@@ -67,106 +63,24 @@ SEND_CHUNK = 64 * 1024
 SCHEMA = {"type": "object", "properties": {"invoice_number": {"type": "string"}, "total": {"type": "number"}}}
 SMALL_DOC = "Invoice Number: INV-{n}\nTotal: 12.50\n"
 
-RAISED_LIMITS = {
-    "DOCEX_RATE_LIMITS_AUTHENTICATED": "100000000/min",
-    "DOCEX_RATE_LIMITS_REGISTER": "1000000/min",
-    "DOCEX_RATE_LIMITS_LOGIN": "1000000/min",
-}
-
-
-# --- process helpers -----------------------------------------------------------------
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGTERM if the bench dies, so nothing is left behind."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Daemon:
-    """`docex serve` on 127.0.0.1:`port`, logging to `workdir/<name>.log`."""
-
-    def __init__(self, name: str, workdir: Path, env: dict[str, str]) -> None:
-        self.name = name
-        self.workdir = workdir
-        self.port = free_port()
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.exit_code: int | None = None
-        self.stop_s = 0.0
-        self.killed = False
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    @property
-    def log_path(self) -> Path:
-        return self.workdir / f"{self.name}.log"
-
-    def tail(self, lines: int = 30) -> str:
-        with contextlib.suppress(OSError):
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        return ""
-
-    def start(self, timeout_s: float = 60.0) -> float:
-        t0 = time.monotonic()
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [str(DOCEX), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                env=self.env, cwd=self.workdir, stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent,
-            )
-        with httpx.Client(timeout=2) as client:
-            while True:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"{self.name}: docex exited {self.proc.returncode} at start:\n{self.tail()}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if client.get(f"{self.base}/api/health").status_code == 200:
-                        return time.monotonic() - t0
-                if time.monotonic() - t0 > timeout_s:
-                    raise RuntimeError(f"{self.name}: /api/health not 200 within {timeout_s:.0f} s:\n{self.tail()}")
-                time.sleep(0.05)
-
-    def stop(self, timeout_s: float = 45.0) -> int | None:
-        """SIGTERM, wait; SIGKILL if it will not go. The exit code (None if it had to be killed)."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            t0 = time.monotonic()
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                self.killed = True
-                return None
-            self.stop_s = time.monotonic() - t0
-        self.exit_code = self.proc.returncode
-        return self.exit_code
-
 
 def daemon_env(data_dir: Path, workers: int, database_url: str | None) -> dict[str, str]:
-    # Nothing inherited from a DOCEX_* environment (or systemd's) may change what is measured.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("DOCEX_", "WATCHDOG_", "NOTIFY_", "JWT_", "API_KEY_", "MAX_", "WEBHOOK_"))}
-    env.update(RAISED_LIMITS)
-    env.update(DOCEX_DATA_DIR=str(data_dir), DOCEX_LOG_ACCESS="false", DOCEX_AUTH_BCRYPT_ROUNDS="4",
-               DOCEX_JOBS_WORKERS=str(workers))
-    if database_url:
-        env["DOCEX_DATABASE_URL"] = database_url
-    return env
+    return harness.daemon_env(data_dir, DOCEX_AUTH_BCRYPT_ROUNDS="4", DOCEX_JOBS_WORKERS=str(workers),
+                              **({"DOCEX_DATABASE_URL": database_url} if database_url else {}))
+
+
+# --- PostgreSQL -------------------------------------------------------------------------------
+
+def _execute(url: str, sql: str) -> None:
+    """One statement on its own connection, outside a transaction."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text(sql))
+    finally:
+        engine.dispose()
 
 
 def scratch_schema(url: str) -> tuple[str, str]:
@@ -176,49 +90,14 @@ def scratch_schema(url: str) -> tuple[str, str]:
     import sqlalchemy as sa
 
     name = f"docex_bench_{secrets.token_hex(4)}"
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f"CREATE SCHEMA {name}"))
-    finally:
-        engine.dispose()
+    _execute(url, f"CREATE SCHEMA {name}")
     parsed = sa.make_url(url)
     options = urllib.parse.quote(f"-csearch_path={name}")
     return name, parsed.render_as_string(hide_password=False) + ("&" if parsed.query else "?") + f"options={options}"
 
 
 def drop_schema(url: str, name: str) -> None:
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(sa.text(f"DROP SCHEMA IF EXISTS {name} CASCADE"))
-    finally:
-        engine.dispose()
-
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_s(pid: int) -> float:
-    """utime+stime of `pid`, all its threads."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def proc_status(pid: int) -> dict[str, int]:
-    """VmRSS and VmHWM of `pid`, in bytes."""
-    out = {}
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) * 1024
-    return out
+    _execute(url, f"DROP SCHEMA IF EXISTS {name} CASCADE")
 
 
 # --- API set-up --------------------------------------------------------------------------
@@ -226,16 +105,10 @@ def proc_status(pid: int) -> dict[str, int]:
 def sign_up(base: str) -> tuple[dict[str, str], str]:
     """Register a user and create the invoice schema: (auth headers, schema id)."""
     with httpx.Client(base_url=base, timeout=30) as client:
-        email = f"bench-{secrets.token_hex(4)}@example.com"
-        r = client.post("/api/auth/register",
-                        json={"name": "Bench", "email": email, "password": "bench-password-0123"})
-        if r.status_code != 201:
-            raise RuntimeError(f"register: {r.status_code} {r.text}")
-        headers = {"Authorization": f"Bearer {r.json()['accessToken']}"}
+        pair = harness.register(client, f"bench-{secrets.token_hex(4)}@example.com", "bench-password-0123")
+        headers = {"Authorization": f"Bearer {pair['accessToken']}"}
         r = client.post("/api/schemas", json={"name": "Invoice", "definition": SCHEMA}, headers=headers)
-        if r.status_code != 201:
-            raise RuntimeError(f"create schema: {r.status_code} {r.text}")
-        return headers, str(r.json()["id"])
+        return headers, str(expect(r, 201, "create schema")["id"])
 
 
 def multipart(schema_id: str, file_name: str, content: bytes, boundary: str) -> bytes:
@@ -254,11 +127,6 @@ def one_mib_text() -> bytes:
     line = b"Line of an invoice: delivery of goods and services as agreed in the order.\n"
     body = head + line * ((MiB - len(head)) // len(line) + 1)
     return body[:MiB - 1] + b"\n"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 # --- (a) upload throughput ---------------------------------------------------------------------
@@ -295,10 +163,7 @@ def bench_uploads(daemon: Daemon, headers: dict[str, str], schema_id: str, secon
     # Warm-up: first connections, imports on the daemon's first upload.
     with httpx.Client(base_url=daemon.base, timeout=60) as client:
         for _ in range(3):
-            r = client.post("/api/jobs", content=body, headers=req_headers)
-            if r.status_code != 201:
-                raise RuntimeError(f"upload: {r.status_code} {r.text}")
-            job = r.json()
+            job = expect(client.post("/api/jobs", content=body, headers=req_headers), 201, "upload")
             if job["mimeType"] != "text/plain" or job["fileSize"] != MiB:
                 raise RuntimeError(f"upload stored as {job['mimeType']}, {job['fileSize']} bytes")
 
@@ -323,8 +188,8 @@ def bench_uploads(daemon: Daemon, headers: dict[str, str], schema_id: str, secon
         "uploads": n,
         "uploads_per_s": round(n / wall, 1),
         "mib_per_s": round(n * len(body) / MiB / wall, 1),
-        "latency_p50_ms": round(pct(latencies, 0.5) * 1000, 1) if latencies else None,
-        "latency_p99_ms": round(pct(latencies, 0.99) * 1000, 1) if latencies else None,
+        "latency_p50_ms": round(percentile(latencies, 0.5) * 1000, 1) if latencies else None,
+        "latency_p99_ms": round(percentile(latencies, 0.99) * 1000, 1) if latencies else None,
         "errors": len(errors),
         "error_kinds": sorted(set(errors)),
         "daemon_cpu_ms_per_upload": round(cpu * 1000 / n, 1) if n else None,
@@ -542,18 +407,14 @@ def bench_e2e(daemon: Daemon, headers: dict[str, str], schema_id: str, jobs: int
         "jobs_per_s_wall": round(jobs / done_s, 1),
         "server_span_s": round(span, 2),
         "jobs_per_s": round(jobs / span, 1) if span else None,
-        "latency_p50_s": round(pct(latency, 0.5), 3),
-        "latency_p99_s": round(pct(latency, 0.99), 3),
+        "latency_p50_s": round(percentile(latency, 0.5), 3),
+        "latency_p99_s": round(percentile(latency, 0.99), 3),
         "latency_max_s": round(max(latency), 3),
         "attempts_max": max(row["attempts"] for row in mine),
     }
 
 
 # --- main ----------------------------------------------------------------------------------------------
-
-def verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -565,27 +426,38 @@ def main() -> int:
     parser.add_argument("--database-url", default=None,
                         help="PostgreSQL URL; each daemon gets a scratch schema, dropped at the end (default SQLite)")
     args = parser.parse_args()
-    if not DOCEX.exists():
-        print(f"{DOCEX} not found: run `make .venv/.installed-test` first", file=sys.stderr)
+    if not harness.require_docex():
         return 1
 
-    figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+    figures: dict[str, Any] = {**harness.machine_figures(),
                                "database": "postgresql" if args.database_url else "sqlite"}
     failed = False
     daemons: list[Daemon] = []
     schemas: list[str] = []
     workdir = Path(tempfile.mkdtemp(prefix="docex-bench-jobs-"))
+
+    def start(name: str, data_dir: Path, workers: int) -> Daemon:
+        """`docex serve` with `workers` (on a scratch schema of its own with --database-url), answering."""
+        url = None
+        if args.database_url:
+            schema, url = scratch_schema(args.database_url)
+            schemas.append(schema)
+        daemon = Daemon(name, workdir, daemon_env(data_dir, workers, url))
+        daemons.append(daemon)
+        started = daemon.start()
+        print(f"start    docex serve (workers={workers}) pid {daemon.pid} on :{daemon.port}, ready in {started:.2f} s",
+              flush=True)
+        return daemon
+
+    def stop(daemon: Daemon) -> None:
+        code = daemon.stop()
+        figures[f"exit_{daemon.name}"] = code
+        print(f"exit     SIGTERM → {code} in {daemon.stop_s:.2f} s   {verdict(code == 0)}", flush=True)
+
     try:
         # --- daemon 1: no workers; the memory runs first, then upload throughput.
-        url1 = None
-        if args.database_url:
-            name, url1 = scratch_schema(args.database_url)
-            schemas.append(name)
         data1 = workdir / "data-upload"
-        up = Daemon("upload", workdir, daemon_env(data1, 0, url1))
-        daemons.append(up)
-        started = up.start()
-        print(f"start    docex serve (workers=0) pid {up.pid} on :{up.port}, ready in {started:.2f} s", flush=True)
+        up = start("upload", data1, 0)
         headers, schema_id = sign_up(up.base)
 
         for content_length in (False, True):
@@ -619,20 +491,10 @@ def main() -> int:
               f"daemon CPU {result['daemon_cpu_ms_per_upload']} ms/upload "
               f"({result['daemon_cpu_share']:.0%} of a core; the clients used {result['client_cpu_share']:.0%}), "
               f"RSS {result['rss_before_mib']} → {result['rss_after_mib']} MiB", flush=True)
-        code = up.stop()
-        figures["exit_upload"] = code
-        print(f"exit     SIGTERM → {code} in {up.stop_s:.2f} s   {verdict(code == 0)}", flush=True)
+        stop(up)
 
         # --- daemon 2: workers, end to end.
-        url2 = None
-        if args.database_url:
-            name, url2 = scratch_schema(args.database_url)
-            schemas.append(name)
-        e2e = Daemon("e2e", workdir, daemon_env(workdir / "data-e2e", args.workers, url2))
-        daemons.append(e2e)
-        started = e2e.start()
-        print(f"start    docex serve (workers={args.workers}) pid {e2e.pid} on :{e2e.port}, ready in {started:.2f} s",
-              flush=True)
+        e2e = start("e2e", workdir / "data-e2e", args.workers)
         headers, schema_id = sign_up(e2e.base)
         result = bench_e2e(e2e, headers, schema_id, args.jobs, args.upload_clients)
         figures["e2e"] = {"workers": args.workers, **result}
@@ -641,9 +503,7 @@ def main() -> int:
               f"= {result['uploads_per_s']}/s); {result['jobs_per_s']} jobs/s from first createdAt to last "
               f"finishedAt; createdAt→finishedAt p50 {result['latency_p50_s']} s, p99 {result['latency_p99_s']} s, "
               f"max {result['latency_max_s']} s", flush=True)
-        code = e2e.stop()
-        figures["exit_e2e"] = code
-        print(f"exit     SIGTERM → {code} in {e2e.stop_s:.2f} s   {verdict(code == 0)}", flush=True)
+        stop(e2e)
     except (RuntimeError, OSError, KeyError, ValueError, httpx.HTTPError) as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         failed = True

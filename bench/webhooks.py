@@ -32,7 +32,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import json
-import os
 import secrets
 import statistics
 import subprocess
@@ -46,7 +45,9 @@ import sqlalchemy as sa
 import trio
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT), str(ROOT / "tests")]
+
+import harness  # noqa: E402
 
 from daemon.clock import utcnow  # noqa: E402
 from daemon.config import Secret, load_config  # noqa: E402
@@ -230,11 +231,6 @@ def _utc(value: Any) -> dt.datetime:
     return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
 
 
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
-
-
 # --- main ---------------------------------------------------------------------------------------
 
 
@@ -248,7 +244,7 @@ async def run(args: argparse.Namespace, port: int, workdir: Path) -> dict[str, A
                                      allow_private_networks=True, concurrency=args.concurrency,
                                      per_endpoint_concurrency=max(1, args.concurrency // ENDPOINTS)),
     )
-    figures: dict[str, Any] = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+    figures: dict[str, Any] = {**harness.machine_figures(),
                                "database": sa.make_url(config.database_url).get_backend_name(),
                                "deliveries": args.deliveries, "concurrency": args.concurrency,
                                "endpoints": ENDPOINTS, "rounds": args.rounds}
@@ -274,7 +270,7 @@ async def run(args: argparse.Namespace, port: int, workdir: Path) -> dict[str, A
         print(f"ratio      {ratio:.3f}   target ≥ {TARGET_RATIO:.2f}   {verdict(ratio >= TARGET_RATIO)}")
 
         lags = await latency(services, user_id, endpoint_ids, args.latency_events)
-        p50, p99 = percentile(lags, 50), percentile(lags, 99)
+        p50, p99 = harness.percentile(lags, 0.50), harness.percentile(lags, 0.99)
         figures |= {"latency_events": len(lags), "latency_p50_ms": round(p50, 2), "latency_p99_ms": round(p99, 2),
                     "latency_max_ms": round(max(lags), 2)}
         print(f"latency    event → first attempt over {len(lags)} events: p50 {p50:.1f} ms, p99 {p99:.1f} ms "

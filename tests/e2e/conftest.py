@@ -5,6 +5,7 @@ directory and the test's database (the `database_url` fixture, so the same
 tests run on SQLite and on PostgreSQL), reads its stdout (JSON lines) and
 stderr in background threads, and kills whatever is still running when the
 test ends. `run_docex(...)` runs a one-shot command (`migrate`, `config check`).
+The steps the tests share beyond that are in e2e_helpers.py.
 
 Every environment variable that configures docex is removed from the child's
 environment first, so a developer's shell never leaks into a test.
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +30,9 @@ import httpx
 import pytest
 import trio
 
+pytest.register_assert_rewrite("e2e_helpers")
+from e2e_helpers import STARTUP  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 
 # Names the daemon reads from its environment (config.py, systemd.py): none may leak in.
@@ -35,7 +40,6 @@ _CONFIG_PREFIXES = ("DOCEX_", "JWT_", "WEBHOOK_", "WATCHDOG_")
 _CONFIG_NAMES = {"API_KEY_PREFIX", "MAX_API_KEYS_PER_USER", "MAX_FILE_SIZE", "NOTIFY_SOCKET",
                  "STATE_DIRECTORY", "LISTEN_FDS", "LISTEN_PID"}
 
-STARTUP_TIMEOUT_S = 20.0  # generous: a cold interpreter plus migrations on a busy CI machine
 WAIT_TIMEOUT_S = 5.0
 
 
@@ -155,7 +159,7 @@ class Daemon:
                 pytest.fail(f"no log record {match!r} within {timeout}s\n{self.describe()}")
             await trio.sleep(0.02)
 
-    async def wait_http_ready(self, timeout: float = STARTUP_TIMEOUT_S) -> None:  # noqa: ASYNC109
+    async def wait_http_ready(self, timeout: float = STARTUP) -> None:  # noqa: ASYNC109
         """Poll GET /api/health until it answers 200."""
         deadline = time.monotonic() + timeout
         while True:
@@ -179,6 +183,12 @@ class Daemon:
             await trio.sleep(0.02)
         self._join_readers()
         return self.proc.returncode
+
+    async def stop(self, signum: int = signal.SIGTERM, timeout: float = WAIT_TIMEOUT_S) -> None:  # noqa: ASYNC109
+        """Send `signum`; fail the test unless the process exits 0 within `timeout`."""
+        self.signal(signum)
+        code = await self.wait_exit(timeout=timeout)
+        assert code == 0, f"exit {code}\n{self.describe()}"
 
     def _join_readers(self) -> None:
         for t in self._threads:
@@ -252,7 +262,7 @@ def run_docex(docex_env: dict[str, str]) -> Callable[..., Any]:
     """``await run_docex("migrate", env={...})`` → CompletedProcess (text, captured)."""
 
     async def run(*args: str, env: dict[str, str] | None = None,
-                  timeout: float = STARTUP_TIMEOUT_S) -> subprocess.CompletedProcess[str]:  # noqa: ASYNC109
+                  timeout: float = STARTUP) -> subprocess.CompletedProcess[str]:  # noqa: ASYNC109
         def blocking() -> subprocess.CompletedProcess[str]:
             return subprocess.run(
                 [sys.executable, "-m", "daemon.cli", *args],

@@ -17,33 +17,25 @@ test's database URL; everything else goes through the HTTP API.
 
 from __future__ import annotations
 
-import collections
 import io
 import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
-import httpx
 import pytest
-import sqlalchemy as sa
 import trio
+from e2e_helpers import QUICK_ENV, STARTUP, Api, event_counts, job_rows
 from PIL import Image, ImageDraw, ImageFont
 
-SCHEMA = {
-    "type": "object",
-    "properties": {"invoice_number": {"type": "string"}, "total": {"type": "number"}},
-}
 FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
-STARTUP = 20.0
 JOBS = 6
 WORKERS = 4
 # Body text lines on each scanned page: about 1-2 s of OCR each on a 2-CPU machine (more when the
 # workers share the CPUs), so a job is still running 1 s after SIGTERM.
 FILLER_LINES = 25
 
-# Fast password hashing and quiet access logs: neither is what these tests are about.
-BASE_ENV = {"DOCEX_AUTH_BCRYPT_ROUNDS": "4", "DOCEX_LOG_ACCESS": "false", "DOCEX_JOBS_WORKERS": str(WORKERS)}
+BASE_ENV = {**QUICK_ENV, "DOCEX_JOBS_WORKERS": str(WORKERS)}
 
 
 # --- documents ----------------------------------------------------------------------
@@ -68,64 +60,12 @@ def scanned_invoice(number: str, filler_lines: int = FILLER_LINES) -> bytes:
 # --- talking to the daemon ------------------------------------------------------------
 
 
-class Api:
-    """An HTTP client signed in as a fresh user of the daemon at `base`."""
-
-    def __init__(self, base: str) -> None:
-        self.client = httpx.AsyncClient(base_url=base, timeout=30.0)
-        self.headers: dict[str, str] = {}
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-    async def sign_up(self, email: str = "ops@example.com") -> None:
-        r = await self.client.post("/api/auth/register",
-                                   json={"name": "Ops", "email": email, "password": "correct-horse-1"})
-        assert r.status_code == 201, r.text
-        self.headers = {"Authorization": f"Bearer {r.json()['accessToken']}"}
-
-    async def create_schema(self) -> str:
-        r = await self.client.post("/api/schemas", json={"name": "Invoice", "definition": SCHEMA},
-                                   headers=self.headers)
-        assert r.status_code == 201, r.text
-        return str(r.json()["id"])
-
-    async def upload(self, schema_id: str, name: str, content: bytes, mime: str) -> dict[str, Any]:
-        r = await self.client.post(
-            "/api/jobs",
-            data={"type": "EXTRACTION", "schemaId": schema_id},
-            files={"file": (name, content, mime)},
-            headers=self.headers,
-        )
-        assert r.status_code == 201, r.text
-        job: dict[str, Any] = r.json()
-        # QUEUED as created; an idle worker of the same process may have claimed it already
-        # by the time the 201 body is read back (see the report: SPEC §6 says 201 QUEUED).
-        assert job["status"] in ("QUEUED", "RUNNING"), job
-        return job
-
-    async def jobs(self, status: str | None = None) -> list[dict[str, Any]]:
-        """Every job of the user (all pages), optionally of one status."""
-        out: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"limit": 100}
-        if status:
-            params["status"] = status
-        while True:
-            r = await self.client.get("/api/jobs", params=params, headers=self.headers)
-            assert r.status_code == 200, r.text
-            body = r.json()
-            out += body["data"]
-            if not body["nextCursor"]:
-                return out
-            params["cursor"] = body["nextCursor"]
-
-
-async def connect(daemon: Any, api: Api | None = None) -> Api:
-    """Wait for `daemon` to answer, and return a client for it (keeping `api`'s credentials)."""
+async def connect(daemon: Any, headers: dict[str, str] | None = None) -> Api:
+    """Wait for `daemon` to answer, and return a client for it (signed in with `headers`)."""
     await daemon.wait_http_ready(timeout=STARTUP)
     fresh = Api(daemon.url(""))
-    if api is not None:
-        fresh.headers = api.headers  # the same signing secret lives in the shared data directory
+    if headers is not None:
+        fresh.headers = headers  # the same signing secret lives in the shared data directory
     return fresh
 
 
@@ -141,34 +81,6 @@ async def wait_until(check: Callable[[], Any], what: str, timeout: float, daemon
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout}s\n{daemon.describe()}")
         await trio.sleep(0.1)
-
-
-# --- reading the database directly ----------------------------------------------------------
-
-
-def _query(url: str, sql: str) -> list[Any]:
-    engine = sa.create_engine(url, poolclass=sa.NullPool)
-    try:
-        with engine.connect() as conn:
-            return list(conn.execute(sa.text(sql)))
-    finally:
-        engine.dispose()
-
-
-async def job_rows(url: str) -> dict[str, Any]:
-    rows = await trio.to_thread.run_sync(
-        _query, url, "SELECT id, status, attempts, lease_owner, lease_expires_at, error_code FROM jobs")
-    return {row.id: row for row in rows}
-
-
-async def event_counts(url: str) -> dict[str, collections.Counter[str]]:
-    """job id → Counter of the types of its events in the outbox."""
-    rows = await trio.to_thread.run_sync(
-        _query, url, "SELECT job_id, type FROM events WHERE job_id IS NOT NULL")
-    counts: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
-    for row in rows:
-        counts[row.job_id][row.type] += 1
-    return counts
 
 
 # --- shared steps ----------------------------------------------------------------------------
@@ -207,6 +119,30 @@ async def wait_all_final(api: Api, daemon: Any, ids: set[str], timeout: float) -
     return result
 
 
+async def start_with_jobs_running(
+    start_daemon: Callable[..., Any], env: dict[str, str]
+) -> tuple[Any, dict[str, str], dict[str, str], list[dict[str, Any]]]:
+    """A daemon with JOBS scanned invoices queued, 3 or more of them RUNNING:
+    (the daemon, the user's auth headers, {job id: number}, the RUNNING jobs)."""
+    first = start_daemon(env=env)
+    async with await connect(first) as api:
+        _, numbers = await queue_invoices(api)
+        running = await wait_running(api, first, at_least=3)
+    return first, api.headers, numbers, running
+
+
+async def restart_until_final(
+    start_daemon: Callable[..., Any], env: dict[str, str], headers: dict[str, str], numbers: dict[str, str],
+    timeout: float,  # noqa: ASYNC109
+) -> tuple[Any, dict[str, dict[str, Any]]]:
+    """A new daemon on the same data directory and database, once every job has ended:
+    (the daemon, the jobs by id)."""
+    second = start_daemon(env=env)
+    async with await connect(second, headers) as api:
+        jobs = await wait_all_final(api, second, set(numbers), timeout=timeout)
+    return second, jobs
+
+
 def assert_completed(jobs: dict[str, dict[str, Any]], numbers: dict[str, str]) -> None:
     assert set(jobs) == set(numbers), "a job was lost or one appeared"
     for job_id, job in jobs.items():
@@ -216,12 +152,6 @@ def assert_completed(jobs: dict[str, dict[str, Any]], numbers: dict[str, str]) -
         assert job["finishedAt"] and job["startedAt"], job
 
 
-async def stop(daemon: Any, timeout: float = 15.0) -> None:  # noqa: ASYNC109
-    daemon.signal(signal.SIGTERM)
-    code = await daemon.wait_exit(timeout=timeout)
-    assert code == 0, f"exit {code}\n{daemon.describe()}"
-
-
 # --- SIGKILL ---------------------------------------------------------------------------------
 
 
@@ -229,13 +159,7 @@ async def test_jobs_running_when_the_process_is_killed_complete_after_a_restart(
     start_daemon, database_url
 ) -> None:
     env = {**BASE_ENV, "DOCEX_JOBS_LEASE": "5s"}
-    first = start_daemon(env=env)
-    api = await connect(first)
-    try:
-        _, numbers = await queue_invoices(api)
-        await wait_running(api, first, at_least=3)
-    finally:
-        await api.aclose()
+    first, headers, numbers, _ = await start_with_jobs_running(start_daemon, env)
 
     first.proc.send_signal(signal.SIGKILL)
     assert await first.wait_exit(timeout=10) == -signal.SIGKILL
@@ -248,12 +172,7 @@ async def test_jobs_running_when_the_process_is_killed_complete_after_a_restart(
     assert len(orphaned) >= 3, left
     assert all(left[j].lease_owner and left[j].attempts == 1 for j in orphaned), left
 
-    second = start_daemon(env=env)
-    api = await connect(second, api)
-    try:
-        jobs = await wait_all_final(api, second, set(numbers), timeout=45)
-    finally:
-        await api.aclose()
+    second, jobs = await restart_until_final(start_daemon, env, headers, numbers, timeout=45)
     recovered_s = time.monotonic() - killed_at
 
     assert_completed(jobs, numbers)
@@ -276,7 +195,7 @@ async def test_jobs_running_when_the_process_is_killed_complete_after_a_restart(
     reaped = [r for r in second.records if r.get("action") == "jobs.reaped"]
     assert sum(r["count"] for r in reaped) == len(orphaned), second.describe()
     assert recovered_s < 45
-    await stop(second)
+    await second.stop(timeout=15)
 
 
 # --- SIGTERM ---------------------------------------------------------------------------------
@@ -288,21 +207,13 @@ async def test_sigterm_releases_running_jobs_within_the_grace_period_and_a_resta
     # A long lease: if a job were left RUNNING instead of released, the restart would not
     # get it back within this test's time (the reaper waits for the lease to expire).
     env = {**BASE_ENV, "DOCEX_JOBS_LEASE": "120s", "DOCEX_SERVER_GRACE_PERIOD": "1s"}
-    first = start_daemon(env=env)
-    api = await connect(first)
-    try:
-        _, numbers = await queue_invoices(api)
-        running = await wait_running(api, first, at_least=3)
-    finally:
-        await api.aclose()
+    first, headers, numbers, running = await start_with_jobs_running(start_daemon, env)
     assert all(j["attempts"] == 1 for j in running), running
 
     mark = first.mark()
     signalled = time.monotonic()
-    first.signal(signal.SIGTERM)
-    code = await first.wait_exit(timeout=15)
+    await first.stop(timeout=15)
     stopped_s = time.monotonic() - signalled
-    assert code == 0, f"exit {code}\n{first.describe()}"
     assert stopped_s < 1 + 5, f"the drain took {stopped_s:.1f}s with a 1s grace period"
     actions = first.actions(mark)
     assert actions[-1] == "service.stopped", first.describe()
@@ -322,12 +233,7 @@ async def test_sigterm_releases_running_jobs_within_the_grace_period_and_a_resta
         assert row.status in ("QUEUED", "COMPLETED"), row
         assert row.attempts == (1 if row.status == "COMPLETED" else 0), row
 
-    second = start_daemon(env=env)
-    api = await connect(second, api)
-    try:
-        jobs = await wait_all_final(api, second, set(numbers), timeout=40)
-    finally:
-        await api.aclose()
+    second, jobs = await restart_until_final(start_daemon, env, headers, numbers, timeout=40)
     assert_completed(jobs, numbers)
     assert all(j["attempts"] == 1 for j in jobs.values()), [j["attempts"] for j in jobs.values()]
     assert [r for r in second.records if r.get("action") == "jobs.reaped"] == [], second.describe()
@@ -337,4 +243,4 @@ async def test_sigterm_releases_running_jobs_within_the_grace_period_and_a_resta
         seen = events[job_id]
         assert seen["job.queued"] == 1 and seen["job.completed"] == 1 and seen["job.failed"] == 0, (job_id, seen)
         assert seen["job.started"] == (2 if job_id in released else 1), (job_id, seen)
-    await stop(second)
+    await second.stop(timeout=15)

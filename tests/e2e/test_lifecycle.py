@@ -17,21 +17,15 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import trio
+from e2e_helpers import STARTUP
 
 from daemon.storage.migrate import head_revision
 
 LOG_KEYS = {"ts", "level", "logger", "msg"}
-STARTUP = 20.0  # seconds: a cold interpreter plus migrations on a busy machine
 
 
 def _access_lines(records: list[dict], route: str = "/api/health") -> list[dict]:
     return [r for r in records if r.get("action") == "http.request" and r.get("route") == route]
-
-
-async def _stop(daemon, signum: int = signal.SIGTERM) -> None:
-    daemon.signal(signum)
-    code = await daemon.wait_exit(timeout=5)
-    assert code == 0, f"exit {code}\n{daemon.describe()}"
 
 
 # --- SIGHUP: hot settings ------------------------------------------------------
@@ -216,7 +210,7 @@ async def test_development_secrets_are_generated_once_and_reused(start_daemon, d
 
     first = start_daemon()
     await first.wait_http_ready()
-    await _stop(first)
+    await first.stop()
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
     content = secrets_file.read_bytes()
     stored = json.loads(content)
@@ -224,7 +218,7 @@ async def test_development_secrets_are_generated_once_and_reused(start_daemon, d
 
     second = start_daemon()
     await second.wait_http_ready()
-    await _stop(second)
+    await second.stop()
     assert secrets_file.read_bytes() == content
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
     for d in (first, second):
@@ -365,7 +359,7 @@ async def test_ready_with_every_part_running(start_daemon) -> None:
     for check in ("database", "migrations", "workers", "dispatcher"):
         assert body["checks"][check] == "ok", body
     assert set(body["checks"].values()) == {"ok"}
-    await _stop(d)
+    await d.stop()
 
 
 async def test_api_role_is_ready_without_workers(start_daemon) -> None:
@@ -376,7 +370,7 @@ async def test_api_role_is_ready_without_workers(start_daemon) -> None:
     assert r.status_code == 200 and body["status"] == "ready", body
     assert body["checks"]["database"] == "ok" and body["checks"]["migrations"] == "ok"
     assert "workers" not in body["checks"] and "dispatcher" not in body["checks"]
-    await _stop(d)
+    await d.stop()
 
 
 async def test_worker_role_opens_no_port_and_stops_cleanly(start_daemon, refuses_connections) -> None:
@@ -385,6 +379,6 @@ async def test_worker_role_opens_no_port_and_stops_cleanly(start_daemon, refuses
     assert ready["role"] == "worker" and ready["binds"] == []
     assert d.port is not None and refuses_connections(d.port)
     assert d.proc.poll() is None
-    await _stop(d)
+    await d.stop()
     assert d.actions()[-1] == "service.stopped"
 

@@ -16,31 +16,21 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-import sqlalchemy as sa
 import stripe
 import trio
+from e2e_helpers import QUICK_ENV, Api, query
 from webhook_receiver import open_receiver
 
 PASSWORD = "correct horse 42"
 SENDS = 12
 ENV = {
-    "DOCEX_AUTH_BCRYPT_ROUNDS": "4",
-    "DOCEX_LOG_ACCESS": "false",
+    **QUICK_ENV,
     "DOCEX_WEBHOOKS_ALLOW_HTTP": "true",
     "DOCEX_WEBHOOKS_ALLOW_PRIVATE_NETWORKS": "true",
     "WEBHOOK_BACKOFF_INITIAL_MS": "200",
     "WEBHOOK_MAX_ATTEMPTS": "30",
     "WEBHOOK_TIMEOUT_MS": "2000",
 }
-
-
-def _event_ids(database_url: str) -> set[str]:
-    engine = sa.create_engine(database_url)
-    try:
-        with engine.connect() as conn:
-            return set(conn.execute(sa.text("SELECT id FROM events")).scalars())
-    finally:
-        engine.dispose()
 
 
 async def _json(response: httpx.Response, status: int) -> Any:
@@ -54,10 +44,9 @@ async def test_deliveries_due_when_the_daemon_is_killed_are_all_sent_after_a_res
     port = unused_port()
     first = start_daemon(env=ENV)
     await first.wait_http_ready()
-    async with httpx.AsyncClient(base_url=first.url(""), timeout=10) as api:
-        r = await api.post("/api/auth/register", json={"name": "Ops", "email": "ops@example.com",
-                                                       "password": PASSWORD})
-        auth = {"Authorization": f"Bearer {(await _json(r, 201))['accessToken']}"}
+    async with Api(first.url(""), timeout=10) as session:
+        api = session.client
+        auth = await session.sign_up(password=PASSWORD)
         r = await api.post("/api/webhooks", headers=auth,
                            json={"url": f"http://127.0.0.1:{port}/hook", "events": ["*"]})
         endpoint = await _json(r, 201)
@@ -65,12 +54,9 @@ async def test_deliveries_due_when_the_daemon_is_killed_are_all_sent_after_a_res
                                            json={"data": {"n": i}}), 202) for i in range(SENDS)]
         sent.append(await _json(await api.post(f"/api/webhooks/{endpoint['id']}/test", headers=auth), 202))
         # A job too: its lifecycle events are routed to the endpoint by the outbox.
-        r = await api.post("/api/schemas", headers=auth, json={
-            "name": "S", "definition": {"type": "object", "properties": {"total": {"type": "number"}}}})
-        schema = await _json(r, 201)
-        r = await api.post("/api/jobs", headers=auth, data={"type": "EXTRACTION", "schemaId": schema["id"]},
-                           files={"file": ("receipt.txt", b"Total: 12.50\n", "text/plain")})
-        await _json(r, 201)
+        schema_id = await session.create_schema({"type": "object", "properties": {"total": {"type": "number"}}},
+                                                name="S")
+        await session.upload(schema_id, "receipt.txt", b"Total: 12.50\n", "text/plain", statuses=None)
 
         # Wait until the receiver's absence shows: deliveries failing and retrying.
         with trio.fail_after(15):
@@ -95,7 +81,7 @@ async def test_deliveries_due_when_the_daemon_is_killed_are_all_sent_after_a_res
                 while True:
                     r = await api.get(f"/api/webhooks/{endpoint['id']}/deliveries?limit=100", headers=auth)
                     log = (await _json(r, 200))["data"]
-                    recorded = _event_ids(database_url)
+                    recorded = {row.id for row in await query(database_url, "SELECT id FROM events")}
                     if len(log) == len(recorded) and all(d["status"] == "SUCCEEDED" for d in log):
                         break
                     await trio.sleep(0.05)
@@ -110,5 +96,4 @@ async def test_deliveries_due_when_the_daemon_is_killed_are_all_sent_after_a_res
         stripe.WebhookSignature.verify_header(request.body, request.headers["x-webhook-signature"],
                                               endpoint["signingSecret"], tolerance=300)
     assert max(d["attempts"] for d in log) >= 2  # they had failed before the crash
-    second.signal(signal.SIGTERM)
-    assert await second.wait_exit(timeout=10) == 0
+    await second.stop(timeout=10)
