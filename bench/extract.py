@@ -22,6 +22,17 @@ alternately, round after round, and medians are compared. The documents are
 generated here (reportlab) with a header, a 40-row line-item table and totals
 on every page.
 
+What the ratio compares: the bare loop runs in this process; extract() runs
+each document in a trio-parallel worker process and brings its result back
+(pickled), then builds resultMeta here. Two figures show what that process
+model costs by itself, and where the time goes whatever the noise:
+
+  bare loop in a worker   the same bare loop, one worker call per document
+                          (the pipeline's process model), and its ratio
+  CPU ms/page             of this process and of the worker processes
+                          (utime + stime from /proc, Linux), per case; the
+                          cpu_ratio is the bare loop's CPU ÷ the case's
+
 Prints human-readable lines, then one JSON line with every figure. A missed
 target is reported as MISS and does not fail the run.
 """
@@ -30,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import subprocess
@@ -40,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+import trio_parallel
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -124,6 +137,19 @@ def bare_loop(paths: list[Path]) -> int:
     return pages
 
 
+def bare_document(path: str) -> int:
+    """The bare loop over one file, for a worker process."""
+    return bare_loop([Path(path)])
+
+
+async def bare_in_workers(paths: list[Path]) -> int:
+    """The bare loop with the pipeline's process model: a worker call per document."""
+    pages = 0
+    for path in paths:
+        pages += await trio_parallel.run_sync(bare_document, str(path))
+    return pages
+
+
 async def pipeline_serial(paths: list[Path], mime: str, schema: dict[str, Any] = SCHEMA) -> int:
     config = load_config(environ={})
     pages = 0
@@ -151,11 +177,46 @@ def timed(fn: Any, *args: Any) -> tuple[int, float]:
     return pages, time.perf_counter() - started
 
 
+def workers_cpu_s() -> float | None:
+    """CPU seconds (user + system) used so far by this process's live child
+    processes (the trio-parallel workers); None where /proc does not tell."""
+    try:
+        tasks = os.listdir(f"/proc/{os.getpid()}/task")
+    except OSError:
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for task in tasks:
+        try:
+            children = Path(f"/proc/{os.getpid()}/task/{task}/children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
+            try:
+                fields = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def timed_cpu(fn: Any, *args: Any) -> tuple[int, float, float, float | None]:
+    """(pages, wall seconds, CPU seconds of this process, of the worker processes)."""
+    workers = workers_cpu_s()
+    main = time.process_time()
+    pages, seconds = timed(fn, *args)
+    main = time.process_time() - main
+    after = workers_cpu_s()
+    return pages, seconds, main, (after - workers if after is not None and workers is not None else None)
+
+
 def throughput(paths: list[Path], rounds: int) -> dict[str, float]:
     trio.run(pipeline_serial, paths[:1], filetypes.PDF)  # start the worker processes
     runs: dict[str, list[float]] = {}
+    cpu: dict[str, list[tuple[float, float | None]]] = {}
     cases: list[tuple[str, Any, tuple[Any, ...]]] = [
         ("bare", bare_loop, (paths,)),
+        ("bare_worker", trio.run, (bare_in_workers, paths)),
         ("serial", trio.run, (pipeline_serial, paths, filetypes.PDF)),
         ("concurrent", trio.run, (pipeline_concurrent, paths, filetypes.PDF)),
         ("header_serial", trio.run, (pipeline_serial, paths, filetypes.PDF, HEADER_SCHEMA)),
@@ -163,13 +224,34 @@ def throughput(paths: list[Path], rounds: int) -> dict[str, float]:
     ]
     for _ in range(rounds):
         for name, fn, args in cases:
-            pages, seconds = timed(fn, *args)
+            pages, seconds, main, workers = timed_cpu(fn, *args)
             runs.setdefault(name, []).append(pages / seconds)
+            cpu.setdefault(name, []).append((1000 * main / pages, None if workers is None else 1000 * workers / pages))
     out = {f"{name}_pages_s": statistics.median(values) for name, values in runs.items()}
     for name in runs:
         if name != "bare":
             out[f"{name}_ratio"] = out[f"{name}_pages_s"] / out["bare_pages_s"]
+    for name, values in cpu.items():
+        out[f"{name}_main_cpu_ms"] = statistics.median(main for main, _ in values)
+        workers = [w for _, w in values if w is not None]
+        if len(workers) == len(values):
+            out[f"{name}_workers_cpu_ms"] = statistics.median(workers)
+            out[f"{name}_cpu_ms"] = statistics.median(main + w for main, w in values if w is not None)
+    if "bare_cpu_ms" in out:
+        for name in runs:
+            if name != "bare" and f"{name}_cpu_ms" in out:
+                out[f"{name}_cpu_ratio"] = out["bare_cpu_ms"] / out[f"{name}_cpu_ms"]
     return out
+
+
+def cpu_note(figures: dict[str, Any], name: str) -> str:
+    if f"{name}_cpu_ms" not in figures:
+        return f"  CPU {figures[f'{name}_main_cpu_ms']:.2f} ms/page here"
+    note = (f"  CPU {figures[f'{name}_cpu_ms']:.2f} ms/page ({figures[f'{name}_main_cpu_ms']:.2f} here + "
+            f"{figures[f'{name}_workers_cpu_ms']:.2f} workers)")
+    if f"{name}_cpu_ratio" in figures:
+        note += f"  cpu_ratio {figures[f'{name}_cpu_ratio']:.2f}"
+    return note
 
 
 def ocr_throughput(pdf: Path, work: Path, pages: int) -> dict[str, float]:
@@ -258,13 +340,16 @@ def main() -> None:
             paths.append(path)
         print(f"native PDFs: {args.docs} documents x {args.pages} pages, {args.rounds} rounds")
         figures.update(throughput(paths, args.rounds))
-        print(f"  bare pypdfium2 loop                   {figures['bare_pages_s']:8.1f} pages/s")
+        print(f"  bare pypdfium2 loop                   {figures['bare_pages_s']:8.1f} pages/s"
+              f"{cpu_note(figures, 'bare')}")
+        print(f"  bare loop in a worker (per document)  {figures['bare_worker_pages_s']:8.1f} pages/s  "
+              f"ratio {figures['bare_worker_ratio']:.2f}{cpu_note(figures, 'bare_worker')}")
         for name, label in (("serial", "with line items, serial"), ("concurrent", "with line items, concurrent"),
                             ("header_serial", "header fields, serial"),
                             ("header_concurrent", "header fields, concurrent")):
             ratio = figures[f"{name}_ratio"]
             print(f"  pipeline, {label:28s}{figures[f'{name}_pages_s']:8.1f} pages/s  ratio {ratio:.2f}  "
-                  f"{verdict(ratio >= TARGET_RATIO)}")
+                  f"{verdict(ratio >= TARGET_RATIO)}{cpu_note(figures, name)}")
         figures.update(ocr_throughput(paths[0], work, args.ocr_pages))
         print(f"OCR ({args.ocr_pages} scanned pages, 200 dpi)")
         print(f"  pipeline, serial        {figures['ocr_serial_pages_s']:8.2f} pages/s")

@@ -9,14 +9,18 @@ file's bytes (``PARSE_FAILED``, with the traceback for the daemon's log).
 
 from __future__ import annotations
 
+import gc
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from daemon.errors import JobError
 from daemon.extraction.document import Document
 from daemon.extraction.parsers import ParseOptions, parse
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,8 +37,32 @@ class RulesOutcome:
     fields: dict[str, Any]
 
 
+def _collector_paused(fn: Callable[..., T], *args: Any) -> T:
+    """`fn(*args)` with the cyclic garbage collector off.
+
+    A page makes hundreds of small objects (words, lines, label matches) that
+    reference counting frees; none of them form cycles, yet every 700
+    allocations the collector would walk them all again, the growing
+    document with them. Off for the call (a worker makes one call at a time)
+    and back on once `fn` has returned, so that what it made and dropped is
+    freed before the collector looks again: a tenth of the worker's time on
+    native PDFs.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return fn(*args)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def parse_document(path: str, mime_type: str, options: ParseOptions) -> Document | Failure:
     """Parse a file (for the AI providers, which need the whole text)."""
+    return _collector_paused(_parse, path, mime_type, options)
+
+
+def _parse(path: str, mime_type: str, options: ParseOptions) -> Document | Failure:
     try:
         return parse(Path(path), mime_type, options)
     except JobError as exc:
@@ -50,9 +78,14 @@ def extract_with_rules(path: str, mime_type: str, options: ParseOptions,
                        definition: dict[str, Any]) -> RulesOutcome | Failure:
     """Parse a file and run the rules provider on it, in the same process: only
     the result crosses back, not the document."""
+    return _collector_paused(_extract_with_rules, path, mime_type, options, definition)
+
+
+def _extract_with_rules(path: str, mime_type: str, options: ParseOptions,
+                        definition: dict[str, Any]) -> RulesOutcome | Failure:
     from daemon.extraction.providers.rules.engine import extract_rules
 
-    document = parse_document(path, mime_type, options)
+    document = _parse(path, mime_type, options)
     if isinstance(document, Failure):
         return document
     try:

@@ -4,6 +4,22 @@ Runs only in a worker process (pdfium is not thread-safe). Cost per page is
 kept close to pdfium's own text extraction: the page text comes in one call,
 and each word's box from two calls (its first and last character), not one
 per character.
+
+At a few hundred words a page those calls cost more than pdfium's own work,
+and most of a call is ctypes converting its arguments: the per-word call goes
+through a second prototype of the function taking `c_void_p` arguments,
+given prebuilt `c_void_p` values (0.4 µs a call, against 1 µs through the
+bindings' own pointer types), and pages are read through pdfium's C API
+directly rather than pypdfium2's page objects. The pypdfium2 document still
+opens the file (its error handling), and a page without a text layer is
+rendered through it for OCR.
+
+The word boxes, and so the lines and cells, are exactly those of one
+`FPDFText_GetLooseCharBox` call per end of each word: cheaper geometry was
+measured and refused (tests/unit/extraction/test_pdf_layout_speed_equivalence.py
+holds the reference). pdfium's text runs (`FPDFText_CountRects`) come without
+the characters they hold, and its line breaks join hyphenated lines and
+reorder runs, so rows built from them differ from these on real invoices.
 """
 
 from __future__ import annotations
@@ -12,6 +28,7 @@ import ctypes
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
@@ -24,6 +41,21 @@ OCR_DPI = 300
 # A page with fewer visible characters than this in its text layer is scanned.
 MIN_TEXT_CHARS = 8
 _WORD = re.compile(r"\S+")
+# The page size pypdfium2 assumes when a page has neither a crop box nor a media box (US letter).
+_DEFAULT_BOX = (0.0, 0.0, 612.0, 792.0)
+_POINTER = ctypes.c_void_p
+
+
+def _prototype(function: Any, restype: Any, *argtypes: Any) -> Any:
+    """The same C function called with plain pointer arguments (ctypes converts a
+    `c_void_p` it is given without the checks of the bindings' pointer types)."""
+    address = ctypes.cast(function, _POINTER).value
+    if address is None:
+        raise ImportError("pdfium has no such function")
+    return ctypes.CFUNCTYPE(restype, *argtypes)(address)
+
+
+_LOOSE_CHAR_BOX = _prototype(pdfium_c.FPDFText_GetLooseCharBox, ctypes.c_int, _POINTER, ctypes.c_int, _POINTER)
 
 
 def parse_pdf(path: Path, options: ParseOptions) -> Document:
@@ -39,14 +71,10 @@ def parse_pdf(path: Path, options: ParseOptions) -> Document:
         check_pages(count, options)
         pages = []
         for index in range(count):
-            try:
-                page = pdf[index]
-            except pdfium.PdfiumError as exc:
-                raise corrupted("PDF", f"page {index + 1}: {exc}") from exc
-            try:
-                pages.append(_read_page(page, index + 1, options))
-            finally:
-                page.close()
+            page = _text_page(pdf, index)
+            if page is None:
+                page = _ocr_page(pdf, index, options)
+            pages.append(page)
         return Document(tuple(pages))
     finally:
         pdf.close()
@@ -67,85 +95,117 @@ def _check_complete(path: Path) -> None:
         raise corrupted("PDF", "it is truncated (no end-of-file marker)")
 
 
-def _read_page(page: pdfium.PdfPage, number: int, options: ParseOptions) -> Page:
-    width, height = page.get_size()
+def _text_page(pdf: pdfium.PdfDocument, index: int) -> Page | None:
+    """Page `index` from its text layer, or None when it has none (a scan)."""
+    number = index + 1
+    page = pdfium_c.FPDF_LoadPage(pdf.raw, index)
+    if not page:
+        raise corrupted("PDF", f"page {number}: Failed to load page.")
     try:
-        textpage = page.get_textpage()
-    except pdfium.PdfiumError as exc:
-        raise corrupted("PDF", f"page {number}: {exc}") from exc
-    # pdfium's boxes are in the page's unrotated user space (the crop box);
-    # the text is read in its own direction there, whatever /Rotate says about
-    # displaying it.
-    try:
-        box = page.get_cropbox()
-    except pdfium.PdfiumError:
-        box = (0.0, 0.0, height, width) if page.get_rotation() in (90, 270) else (0.0, 0.0, width, height)
-    try:
-        words, frame = _words(textpage, box)
+        textpage = pdfium_c.FPDFText_LoadPage(page)
+        if not textpage:
+            raise corrupted("PDF", f"page {number}: Failed to load text page.")
+        # pdfium's boxes are in the page's unrotated user space (the crop box);
+        # the text is read in its own direction there, whatever /Rotate says about
+        # displaying it.
+        box = _box(page, pdfium_c.FPDFPage_GetCropBox) or _box(page, pdfium_c.FPDFPage_GetMediaBox) or _DEFAULT_BOX
+        try:
+            words, frame = _words(textpage, box)
+        finally:
+            pdfium_c.FPDFText_ClosePage(textpage)
     finally:
-        textpage.close()
-    if sum(len(w.text) for w in words) >= MIN_TEXT_CHARS:
-        return Page(number=number, width=frame[0], height=frame[1], lines=group_lines(words))
-    return _ocr_page(page, number, width, height, options)
+        pdfium_c.FPDF_ClosePage(page)
+    visible = 0
+    for word in words:
+        visible += len(word.text)
+        if visible >= MIN_TEXT_CHARS:
+            return Page(number=number, width=frame[0], height=frame[1], lines=group_lines(words))
+    return None
 
 
-def _words(textpage: pdfium.PdfTextPage,
-           box: tuple[float, float, float, float]) -> tuple[list[Word], tuple[float, float]]:
-    """Phrases with boxes, y down, in the frame where the text reads left to
-    right, and that frame's size (the crop box's, turned by the text's angle)."""
-    handle = textpage.raw
-    origin_x, origin_y, right_edge, top_edge = box
-    width, height = right_edge - origin_x, top_edge - origin_y
+def _box(page: Any, getter: Any) -> tuple[float, float, float, float] | None:
+    left, bottom, right, top = ctypes.c_float(), ctypes.c_float(), ctypes.c_float(), ctypes.c_float()
+    if not getter(page, left, bottom, right, top):
+        return None
+    return (left.value, bottom.value, right.value, top.value)
+
+
+def _page_text(handle: Any) -> str:
     count = pdfium_c.FPDFText_CountChars(handle)
     if count <= 0:
-        return [], (width, height)
+        return ""
     buffer = ctypes.create_string_buffer(2 * (count + 1))
     written = pdfium_c.FPDFText_GetText(handle, 0, count, ctypes.cast(buffer, ctypes.POINTER(ctypes.c_ushort)))
     text = buffer.raw[: 2 * max(written - 1, 0)].decode("utf-16-le", errors="replace")
     if len(text) != count:
         # Characters outside the BMP: read them one by one to keep indices aligned.
         text = "".join(chr(pdfium_c.FPDFText_GetUnicode(handle, i) or 32) for i in range(count))
-    rect = pdfium_c.FS_RECTF()
-    ref = ctypes.byref(rect)
-    loose_box = pdfium_c.FPDFText_GetLooseCharBox
+    return text
+
+
+def _words(handle: Any, box: tuple[float, float, float, float]) -> tuple[list[Word], tuple[float, float]]:
+    """Phrases with boxes, y down, in the frame where the text reads left to
+    right, and that frame's size (the crop box's, turned by the text's angle)."""
+    origin_x, origin_y, right_edge, top_edge = box
+    width, height = right_edge - origin_x, top_edge - origin_y
+    text = _page_text(handle)
+    if not text:
+        return [], (width, height)
     turn = _text_turn(handle, text)
     if turn:
         return _turned_words(handle, text, turn, box)
     flip = top_edge  # pdfium's y grows upwards
+    rect = pdfium_c.FS_RECTF()
+    into = _POINTER(ctypes.addressof(rect))
+    page = _POINTER(ctypes.cast(handle, _POINTER).value)
+    loose_box = _LOOSE_CHAR_BOX
     # Words that follow each other on a baseline with no column gap are one
     # phrase already here (pdfium gives them in reading order): fewer, larger
     # units for the line grouping.
     phrases: list[Word] = []
-    text_parts: list[str] = []
+    append = phrases.append
+    parts: list[str] | None = None  # the phrase being read
     x0 = y0 = x1 = y1 = 0.0
-    for match in _WORD.finditer(text):
-        start, end = match.span()
-        if not loose_box(handle, start, ref):
+    # The words are `_WORD` matches; split() and a substring search find them
+    # without a match object each (only whitespace lies between two words).
+    position = 0
+    find = text.find
+    for word in text.split():
+        start = find(word, position)
+        position = end = start + len(word)
+        if not loose_box(page, start, into):
             continue
         left, top, bottom = rect.left - origin_x, rect.top, rect.bottom
-        if end - 1 != start and loose_box(handle, end - 1, ref):
-            top = max(top, rect.top)
-            bottom = min(bottom, rect.bottom)
+        if end - 1 != start and loose_box(page, end - 1, into):
+            if rect.top > top:
+                top = rect.top
+            if rect.bottom < bottom:
+                bottom = rect.bottom
         right = rect.right - origin_x
         wy0, wy1 = flip - top, flip - bottom
-        if text_parts:
+        if parts is not None:
             h = y1 - y0
             gap = left - x1
             if -0.2 * h < gap < CELL_GAP * h and abs((wy0 + wy1) - (y0 + y1)) < 0.6 * h:
-                text_parts.append(" " if gap >= 0.08 * h else "")
-                text_parts.append(match.group())
-                x1 = max(x1, right)
-                y0, y1 = min(y0, wy0), max(y1, wy1)
+                if gap >= 0.08 * h:
+                    parts.append(" ")
+                parts.append(word)
+                if right > x1:
+                    x1 = right
+                if wy0 < y0:
+                    y0 = wy0
+                if wy1 > y1:
+                    y1 = wy1
                 continue
-            phrases.append(Word("".join(text_parts), x0, y0, x1, y1))
-        text_parts = [match.group()]
+            append(Word("".join(parts), x0, y0, x1, y1))
+        parts = [word]
         x0, y0, x1, y1 = left, wy0, right, wy1
-    if text_parts:
-        phrases.append(Word("".join(text_parts), x0, y0, x1, y1))
+    if parts is not None:
+        append(Word("".join(parts), x0, y0, x1, y1))
     return phrases, (width, height)
 
 
-def _text_turn(handle: object, text: str) -> int:
+def _text_turn(handle: Any, text: str) -> int:
     """The text's direction in quarter turns counterclockwise (0: left to right),
     from the angle of a few words' first characters."""
     votes = [0, 0, 0, 0]
@@ -158,7 +218,7 @@ def _text_turn(handle: object, text: str) -> int:
     return max(range(4), key=lambda turn: (votes[turn], turn == 0))
 
 
-def _turned_words(handle: object, text: str, turn: int,
+def _turned_words(handle: Any, text: str, turn: int,
                   box: tuple[float, float, float, float]) -> tuple[list[Word], tuple[float, float]]:
     """Words of text turned by `turn` quarter turns, in a frame where they read
     left to right (the slow path: vertical and upside-down text is rare)."""
@@ -186,17 +246,25 @@ def _turned_words(handle: object, text: str, turn: int,
     return words, frame
 
 
-def _ocr_page(page: pdfium.PdfPage, number: int, width: float, height: float, options: ParseOptions) -> Page:
+def _ocr_page(pdf: pdfium.PdfDocument, index: int, options: ParseOptions) -> Page:
     from daemon.extraction.parsers.ocr import ocr_lines
 
-    scale = OCR_DPI / 72
-    bitmap = page.render(scale=scale, grayscale=True)
     try:
-        image = bitmap.to_pil()
+        page = pdf[index]
+    except pdfium.PdfiumError as exc:
+        raise corrupted("PDF", f"page {index + 1}: {exc}") from exc
+    try:
+        width, height = page.get_size()
+        scale = OCR_DPI / 72
+        bitmap = page.render(scale=scale, grayscale=True)
+        try:
+            image = bitmap.to_pil()
+        finally:
+            bitmap.close()
     finally:
-        bitmap.close()
+        page.close()
     lines = [
         [Word(w.text, w.x0 / scale, w.y0 / scale, w.x1 / scale, w.y1 / scale, w.conf) for w in line]
         for line in ocr_lines(image, options, already_sharp=True)
     ]
-    return Page(number=number, width=width, height=height, lines=group_lines([], lines), ocr=True)
+    return Page(number=index + 1, width=width, height=height, lines=group_lines([], lines), ocr=True)

@@ -29,15 +29,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.extraction.document import Document
+from daemon.extraction.parsers.scanned import readings_of
 from daemon.extraction.providers.rules.labels import (
     PAYMENT_CONCEPTS,
     FieldLabels,
     LabelIndex,
     concept_labels,
     field_labels,
+    one_edit,
     word_set,
 )
 from daemon.extraction.providers.rules.layout import Layout, LineRef
+from daemon.extraction.providers.rules.receipts import agree_totals, repair_dates, repair_totals
 from daemon.extraction.providers.rules.values import (
     CURRENCY_SIGNS,
     Found,
@@ -74,6 +77,7 @@ class Candidate:
     text: str
     currency: str | None = None
     extra: list[LineRef] = field(default_factory=list)  # further lines of a multi-line value
+    repaired: bool = False  # the value is not the text as read, but what a misread of it stood for
 
     @property
     def order(self) -> tuple[int, int, int]:
@@ -124,8 +128,17 @@ class Engine:
 
     def __init__(self, document: Document) -> None:
         self.layout = Layout(document)
+        # Read by OCR: values may hold misread characters and are repaired where their shape is sure.
+        self.ocr = any(page.ocr for page in document.pages)
         self._found: dict[tuple[str, str], Candidate | None] = {}
         self._memo: dict[str, object] = {}
+
+    def memo(self, key: str) -> object:
+        """What `remember` kept under `key` for this document (None if nothing)."""
+        return self._memo.get(key)
+
+    def remember(self, key: str, value: object) -> None:
+        self._memo[key] = value
 
     # --- values in a piece of text ---------------------------------------------
 
@@ -136,7 +149,7 @@ class Engine:
         if kind == "integer":
             return find_integers(text)
         if kind == "date":
-            return find_dates(text, self.layout.date_order)
+            return find_dates(repair_dates(text) if self.ocr else text, self.layout.date_order)
         if kind == "email":
             return find_emails(text)
         if kind == "uri":
@@ -159,6 +172,11 @@ class Engine:
         quality = 0.9
         if kind == "party" and sum(ch.isdigit() for ch in cleaned) > sum(ch.isalpha() for ch in cleaned):
             quality = 0.3  # a name is words, not a registration number
+        first = _words(fold(cleaned))[:1]
+        if kind == "party" and first and first[0] in spec.labels.negatives:
+            quality = 0.3  # "Company *Reg No* 1234-K": a longer label, not a name
+        if kind == "address" and (not any(ch.isdigit() for ch in cleaned) or len(cleaned) < 8):
+            quality = 0.4  # a postal address has a number (street, postcode); "GST No." is another label
         return [Found(clean_text(cleaned), start, start + len(cleaned), quality)]
 
     # --- label candidates --------------------------------------------------------
@@ -206,14 +224,21 @@ class Engine:
         cell = ref.cell_at(start)
         cell_start, _ = ref.cell_span(cell)
         before = _words(ref.folded[cell_start:start])[-3:]
-        if labels.positives and any(w in labels.positives for w in before):
+        if labels.positives and self._any_positive(before, labels):
             return False
         return any(w in labels.negatives for w in before)
+
+    def _any_positive(self, words: list[str], labels: FieldLabels) -> bool:
+        """Whether a word cancels the label's negatives ("Total *incl* GST"); read by OCR,
+        also a word one letter off ("Inci", "Inch")."""
+        if any(w in labels.positives for w in words):
+            return True
+        return self.ocr and any(len(w) >= 4 and one_edit(w, p) for w in words for p in labels.positives)
 
     def _gap_factor(self, gap: str, labels: FieldLabels, label: str = "") -> float | None:
         """None when the words between label and value refuse the label, else a factor."""
         words = _words(gap)
-        if labels.positives and any(w in labels.positives for w in words + _words(label)):
+        if labels.positives and self._any_positive(words + _words(label), labels):
             words = [w for w in words if w not in labels.negatives]
         if any(w in labels.negatives for w in words):
             return None
@@ -258,12 +283,18 @@ class Engine:
                       weight: float) -> Candidate | None:
         values: list[tuple[int, Found]] = []
         dates = [(d.start, d.end) for d in find_dates(ref.text, self.layout.date_order)]
+        # OCR misreads a currency or a colon between label and amount ("Total  Ri  =86.00"):
+        # one short unknown word there is let through.
+        stray = 1 if self.layout.pages[ref.page].page.ocr else 0
         for number, (s, e) in enumerate(segments):
             chunk = ref.text[s:e]
             found = [v for v in self.values_in(spec, chunk)
-                     if not any(ds <= s + v.start < de for ds, de in dates)]
+                     if not any(ds <= s + v.start < de for ds, de in dates) and not _is_percent(chunk, v)]
             letters = [w for w in _words(fold(chunk)) if w not in _FILLERS and w not in CURRENCY_SIGNS]
             if number > 0 and not found and letters:
+                if stray and len(letters) == 1 and len(letters[0]) <= 3 and not values:
+                    stray = 0
+                    continue
                 break
             if number > 0 and len(letters) >= 2:
                 break
@@ -278,7 +309,8 @@ class Engine:
             # A row of amounts after a total label (net, tax, gross): the gross is the
             # largest. Such a row is a table's, a little less sure than a total alone.
             s, value = max(values, key=lambda item: float(item[1].value))
-            factor *= 0.93
+            # On a scanned receipt, "TOTAL  26.00  1.56" is the tax summary's row (amount, tax).
+            factor *= 0.75 if self.ocr else 0.93
         else:
             s, value = values[-1] if spec.labels.last else values[0]
         return self._candidate(spec, ref, s + value.start, s + value.end, value, weight * factor)
@@ -308,9 +340,15 @@ class Engine:
                 values = self.values_in(spec, below.text[s:e])
                 if spec.value_kind == "date":
                     values = [v for v in values if self._date_context_ok(spec, below, s + v.start)]
+                if spec.value_kind == "amount":
+                    values = [v for v in values if not _is_percent(below.text[s:e], v)]
                 if values:
                     value = values[0]
                     distance = 0.9 if skipped == 0 else 0.8
+                    if spec.value_kind == "amount" and self.layout.pages[ref.page].page.ocr:
+                        # A receipt writes its amounts beside their labels; one below a
+                        # label is an item under a column header ("Qty  Amount").
+                        distance *= 0.6
                     candidate = self._candidate(spec, below, s + value.start, s + value.end, value,
                                                 weight * distance)
                     if spec.value_kind == "address":
@@ -371,7 +409,7 @@ class Engine:
             return self.currency(spec)
         candidates = self.candidates(spec)
         if kind == "amount" and spec.labels.concept == "total":
-            candidates = self._check_totals(spec, candidates)
+            candidates = agree_totals(self, spec, self._check_totals(spec, repair_totals(self, candidates)))
         chosen = self.choose(spec, candidates)
         # A name or an address after a weak label is less likely than the usual place.
         enough = 0.8 if kind in ("party", "address") else 0.35
@@ -430,7 +468,8 @@ class Engine:
         if "summaries" not in self._memo:
             self._memo["summaries"] = [
                 ref for ref in self.layout.lines()
-                if any(t[2] in _SUMMARY for t in ref.tokens) and any(t[2] in _TAX_WORDS for t in ref.tokens)
+                if (any(t[2] in _SUMMARY for t in ref.tokens) and any(t[2] in _TAX_WORDS for t in ref.tokens))
+                or (self.ocr and _OCR_SUMMARY.search(ref.folded) is not None)
             ]
         found = self._memo["summaries"]
         return found if isinstance(found, list) else []
@@ -461,14 +500,19 @@ class Engine:
 
     def _first_date(self, spec: FieldSpec) -> Candidate | None:
         best: Candidate | None = None
+        sure: Candidate | None = None
         for ref in self.layout.lines():
-            for value in find_dates(ref.text, self.layout.date_order):
+            for value in self.values_in(spec, ref.text):
                 if self._date_context_ok(spec, ref, value.start):
                     candidate = self._candidate(spec, ref, value.start, value.end, value, 0.4)
                     if value.quality >= 0.9:
-                        return candidate
+                        # On a scanned receipt the sale's date is stamped with its time; other
+                        # date-shaped numbers (item codes, expiry dates) are not.
+                        if not self.ocr or find_time(ref.text[value.end :]) is not None:
+                            return candidate
+                        sure = sure or candidate
                     best = best or candidate
-        return best
+        return sure or best
 
     def _largest_amount(self, spec: FieldSpec) -> Candidate | None:
         best: Candidate | None = None
@@ -477,6 +521,8 @@ class Engine:
             for value in find_amounts(ref.text, self.layout.decimal):
                 if value.currency is None or any(s <= value.start < e for s, e in dates):
                     continue
+                if self.ocr and (value.value <= 0 or not _CENTS.search(ref.text[value.start : value.end])):
+                    continue  # a misread registration or phone number beside "RM"
                 if best is None or value.value > best.value:
                     best = self._candidate(spec, ref, value.start, value.end, value, 0.3)
         return best
@@ -617,14 +663,77 @@ _TENDERED = FieldSpec("tendered", {"type": "number"}, concept_labels(PAYMENT_CON
 _CHANGE = FieldSpec("change", {"type": "number"}, concept_labels(PAYMENT_CONCEPTS["change"]), "number", None,
                     "amount")
 _CENTS = re.compile(r"\d[.,]\d{2}(?!\d)")
+PAYMENT_SPECS = (_TENDERED, _CHANGE)
 _SUMMARY = word_set("summary sunmary summery analysis breakdown recap recapitulatif overzicht specificatie "
                     "ubersicht aufstellung podsumowanie resumen riepilogo")
 _TAX_WORDS = word_set("tax gst vat tva btw mwst ust iva sst")
+# "GSTSUMMARY", "GST Sunmary", "Tax Suinmay": a tax summary's title as OCR reads it.
+_OCR_SUMMARY = re.compile(r"(?<![a-z])(?:gst|tax|vat|sst)\s*[_-]?\s*su\w{0,2}m\w{2,4}(?![a-z])")
 
 
 def extract_rules(document: Document, definition: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The `rules` provider on a parsed document: (result, resultMeta.fields)."""
-    return Engine(document).extract(definition)
+    """The `rules` provider on a parsed document: (result, resultMeta.fields).
+
+    A document read by OCR more than once (`ScannedDocument`) is read in each
+    reading; every field gets the value most readings agree on (`_agree`).
+    """
+    readings = readings_of(document)
+    if len(readings) == 1:
+        return Engine(document).extract(definition)
+    results = [Engine(reading).extract(definition) for reading in readings]
+    result: dict[str, Any] = {}
+    evidence: dict[str, Any] = {}
+    _agree(definition, "", [r for r, _ in results], [e for _, e in results], result, evidence)
+    return result, evidence
+
+
+def _agree(schema: dict[str, Any], pointer: str, results: list[dict[str, Any]], evidences: list[dict[str, Any]],
+           result: dict[str, Any], evidence: dict[str, Any]) -> None:
+    """Each scalar field's value in most readings (the surest of those readings'
+    values on a tie; the first reading's on a tie of sureness too); arrays as the
+    first reading has them."""
+    for name, sub in (schema.get("properties") or {}).items():
+        if not isinstance(sub, dict):
+            continue
+        path = f"{pointer}/{_escape(name)}"
+        kind = sub.get("type")
+        if isinstance(kind, list):
+            kind = next((k for k in kind if k != "null"), None)
+        if kind == "object":
+            nested: dict[str, Any] = {}
+            parts: list[dict[str, Any]] = []
+            for values in results:
+                part = values.get(name)
+                parts.append(part if isinstance(part, dict) else {})
+            _agree(sub, path, parts, evidences, nested, evidence)
+            if nested:
+                result[name] = nested
+            continue
+        if kind == "array":
+            if name in results[0]:
+                result[name] = results[0][name]
+                evidence.update({k: v for k, v in evidences[0].items() if k.startswith(path + "/")})
+            continue
+        groups: dict[str, list[tuple[float, int]]] = {}
+        for index, values in enumerate(results):
+            if name in values:
+                sure = float(evidences[index].get(path, {}).get("confidence", 0.0))
+                groups.setdefault(_vote_key(values[name]), []).append((sure, index))
+        if not groups:
+            continue
+        members = max(groups.values(), key=lambda group: (len(group), max(group)[0], -min(i for _, i in group)))
+        _, index = max(members, key=lambda member: (member[0], -member[1]))
+        result[name] = results[index][name]
+        if path in evidences[index]:
+            evidence[path] = evidences[index][path]
+
+
+def _vote_key(value: Any) -> str:
+    if isinstance(value, str):
+        return " ".join(value.upper().split())
+    if isinstance(value, float):
+        return repr(round(value, 2))
+    return repr(value)
 
 
 # --- helpers -------------------------------------------------------------------------
@@ -650,6 +759,11 @@ def find_currencies(text: str) -> list[Found]:
 
 def _words(text: str) -> list[str]:
     return [w.strip(".-/'") or w for w in _WORD.findall(text)]
+
+
+def _is_percent(text: str, value: Found) -> bool:
+    """"6.00%" is a rate, not an amount."""
+    return text[value.end : value.end + 2].lstrip().startswith("%")
 
 
 def _strip_spans(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> str:

@@ -454,7 +454,7 @@ class LabelIndex:
                 for k in range(1, n):
                     word = toks[index + k][2]
                     if word != words[k]:
-                        if not (fuzzy and _one_edit(word, words[k])):
+                        if not (fuzzy and one_edit(word, words[k])):
                             ok = False
                             break
                         exact = False
@@ -498,7 +498,7 @@ def _deletions(word: str) -> set[str]:
     return {word[:i] + word[i + 1 :] for i in range(len(word))}
 
 
-def _one_edit(a: str, b: str) -> bool:
+def one_edit(a: str, b: str) -> bool:
     """Whether two words of five letters or more differ by one letter at most."""
     if min(len(a), len(b)) < 4 or abs(len(a) - len(b)) > 1:
         return False

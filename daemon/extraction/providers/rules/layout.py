@@ -9,11 +9,18 @@ import re
 from dataclasses import dataclass
 
 from daemon.extraction.document import Document, Line, Page, Word
-from daemon.extraction.providers.rules.labels import Token, tokens
+from daemon.extraction.providers.rules.labels import TOKEN, Token
 from daemon.extraction.providers.rules.values import DateOrder, decimal_hint, fold, numeric_date_orders
 
+_DOLLARS = re.compile(r"\$\s?\d|\bUSD\b")
+_OTHER_CURRENCIES = re.compile(r"[€£]|\b(?:EUR|GBP|RM|MYR|INR|Rs)\b")
+_find_tokens = TOKEN.findall
 
-@dataclass(frozen=True, slots=True)
+
+# Not frozen, and equal only to itself: a frozen dataclass costs four times as
+# much to build, and a layout builds one per line of the document (no two
+# lines of a layout are the same line, so identity is the right equality).
+@dataclass(slots=True, eq=False)
 class LineRef:
     page: int  # index into Layout.pages
     index: int  # index of the line in its page
@@ -27,7 +34,10 @@ class LineRef:
 
     def cell_at(self, offset: int) -> int:
         """Index of the cell holding character `offset` (a space belongs to the cell after it)."""
-        return max(0, bisect.bisect_right(self.starts, offset) - 1)
+        starts = self.starts
+        if len(starts) < 2:
+            return 0
+        return max(0, bisect.bisect_right(starts, offset) - 1)
 
     def cell_span(self, cell: int) -> tuple[int, int]:
         start = self.starts[cell]
@@ -45,20 +55,26 @@ class LineRef:
         """The box of characters [start, end) of the line."""
         first, last = self.cell_at(start), self.cell_at(max(start, end - 1))
         if first == last:  # the usual case, without interpolating twice
-            word = self.line.words[first]
-            cell_start = self.starts[first]
-            length = max(len(word.text), 1)
-            if start <= cell_start and end >= cell_start + length:
-                return word.x0, word.y0, word.x1, word.y1
-            per_char = (word.x1 - word.x0) / length
-            return (word.x0 + per_char * max(start - cell_start, 0), word.y0,
-                    word.x0 + per_char * min(max(end - cell_start, 0), length), word.y1)
+            return self.cell_box(first, start, end)
         words = self.line.words[first : last + 1]
         return (self.x_of(start), min(w.y0 for w in words), self.x_of(end) if end > start else self.x_of(start),
                 max(w.y1 for w in words))
 
+    def cell_box(self, cell: int, start: int, end: int) -> tuple[float, float, float, float]:
+        """The box of characters [start, end) of the line, all in cell `cell`."""
+        text, x0, y0, x1, y1, _ = self.line.words[cell]
+        cell_start = self.starts[cell]
+        length = max(len(text), 1)
+        if start <= cell_start and end >= cell_start + length:
+            return x0, y0, x1, y1
+        per_char = (x1 - x0) / length
+        return (x0 + per_char * max(start - cell_start, 0), y0,
+                x0 + per_char * min(max(end - cell_start, 0), length), y1)
+
     def conf(self, start: int, end: int) -> float:
         first, last = self.cell_at(start), self.cell_at(max(start, end - 1))
+        if first == last:
+            return self.line.words[first].conf
         return min(w.conf for w in self.line.words[first : last + 1])
 
 
@@ -80,33 +96,46 @@ class Layout:
     def __init__(self, document: Document) -> None:
         self.document = document
         self.pages: list[PageText] = []
+        # Which lines hold each word: label search visits only lines that hold a label's first word.
+        self.word_lines: dict[str, list[LineRef]] = {}
+        word_lines = self.word_lines
         order = 0
         for page_index, page in enumerate(document.pages):
             refs: list[LineRef] = []
             offset = 0
             for line_index, line in enumerate(page.lines):
-                starts = []
-                cell_offset = 0
-                for word in line.words:
-                    starts.append(cell_offset)
-                    cell_offset += len(word.text) + 1
-                text = " ".join(w.text for w in line.words)
+                words = line.words
+                if len(words) == 1:
+                    text = words[0].text
+                    starts: tuple[int, ...] = (0,)
+                else:
+                    cells = [w.text for w in words]
+                    text = " ".join(cells)
+                    first = 0
+                    offsets: list[int] = []
+                    for cell in cells:
+                        offsets.append(first)
+                        first += len(cell) + 1
+                    starts = tuple(offsets)
                 folded = fold(text)
-                refs.append(LineRef(page_index, line_index, order, line, text, folded, tuple(starts), offset,
-                                    tokens(folded)))
+                found = _find_tokens(folded)
+                ref = LineRef(page_index, line_index, order, line, text, folded, starts, offset,
+                              _with_offsets(folded, found))
+                refs.append(ref)
+                for token in set(found):
+                    holders = word_lines.get(token)
+                    if holders is None:
+                        word_lines[token] = [ref]
+                    else:
+                        holders.append(ref)
                 offset += len(text) + 1
                 order += 1
-            text = "\n".join(r.text for r in refs)
-            self.pages.append(PageText(page, text, "\n".join(r.folded for r in refs), refs, [r.start for r in refs]))
+            text = "\n".join([r.text for r in refs])
+            self.pages.append(PageText(page, text, "\n".join([r.folded for r in refs]), refs,
+                                       [r.start for r in refs]))
         self.line_count = order
-        # Which lines hold each word: label search visits only lines that hold a label's first word.
-        self.word_lines: dict[str, list[LineRef]] = {}
-        for page_text in self.pages:
-            for ref in page_text.lines:
-                for token in {t[2] for t in ref.tokens}:
-                    self.word_lines.setdefault(token, []).append(ref)
         self._lines = [ref for page in self.pages for ref in page.lines]
-        whole = "\n".join(p.text for p in self.pages)
+        whole = "\n".join([p.text for p in self.pages])
         self.decimal = decimal_hint(whole)
         dmy, mdy = numeric_date_orders(whole)
         if mdy > dmy:
@@ -116,9 +145,9 @@ class Layout:
         else:
             # Undecided by the dates themselves: month-first only where dollars are
             # clearly the currency (a stray "$" in OCR noise is not enough).
-            dollars = len(re.findall(r"\$\s?\d|\bUSD\b", whole))
-            others = len(re.findall(r"[€£]|\b(?:EUR|GBP|RM|MYR|INR|Rs)\b", whole))
-            self.date_order = DateOrder.MDY if dollars >= 2 and dollars > others else DateOrder.DMY
+            dollars = len(_DOLLARS.findall(whole)) if "$" in whole or "USD" in whole else 0
+            mdy_money = dollars >= 2 and dollars > len(_OTHER_CURRENCIES.findall(whole))
+            self.date_order = DateOrder.MDY if mdy_money else DateOrder.DMY
 
     def lines(self) -> list[LineRef]:
         return self._lines
@@ -131,3 +160,19 @@ class Layout:
 
 def words_box(words: list[Word]) -> tuple[float, float, float, float]:
     return (min(w.x0 for w in words), min(w.y0 for w in words), max(w.x1 for w in words), max(w.y1 for w in words))
+
+
+def _with_offsets(folded: str, found: list[str]) -> tuple[Token, ...]:
+    """`labels.tokens(folded)` from the token texts `TOKEN.findall` gave: each is
+    the first occurrence of its text after the previous one (what lies between
+    two tokens cannot start one), so a substring search finds its offset
+    without a match object per token."""
+    out: list[Token] = []
+    position = 0
+    find = folded.find
+    for token in found:
+        position = find(token, position)
+        end = position + len(token)
+        out.append((position, end, token))
+        position = end
+    return tuple(out)

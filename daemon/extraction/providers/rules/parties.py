@@ -1,43 +1,94 @@
 """Unlabelled parties: the issuer printed at the top of a receipt or invoice,
 and its postal address printed right below it.
 
-A receipt rarely says "Vendor:"; its first lines are the shop's name (often
-with a legal suffix such as SDN BHD, LTD, GMBH or a trade such as TRADING,
-HARDWARE, RESTAURANT), its registration number, then its address, then
-phone, tax numbers and the document's own data. These rules read that
-order; they only run when no label names the field.
+A receipt rarely says "Vendor:"; its header reads, top to bottom: maybe a
+logo or a handwritten note, the shop's name (often with a legal suffix such
+as SDN BHD, S/B, LTD, GMBH, or a trade such as TRADING, HARDWARE,
+RESTAURANT), its registration number, its address, then phone, tax numbers
+and the document's own data. These rules give each header line a role and
+read that order; they only run when no label names the field.
 """
 
 from __future__ import annotations
 
 import re
+import statistics
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from daemon.extraction.providers.rules.layout import LineRef
+from daemon.extraction.providers.rules.values import find_dates
 
 if TYPE_CHECKING:
     from daemon.extraction.providers.rules.engine import Candidate, Engine
 
-# How many lines from the top the issuer may start at.
-_TOP_LINES = 8
+# How many lines from the top the header is read in.
+_HEADER_LINES = 16
+# Among this many name-like lines the one with a legal suffix is the issuer.
+_NAME_LINES = 5
+# Lines that may sit between the name and the address (registration number, date, a
+# former name), and lines an address may have.
+_BEFORE_ADDRESS = 4
+_ADDRESS_LINES = 6
 
-_SUFFIX = re.compile(
-    r"(?<![a-z])(?:sdn\.?\s*bhd|bhd|s/b|sdn|enterprises?|trading|traders|ltd|limited|llc|l\.l\.c|inc|"
-    r"incorporated|corp|corporation|co|company|gmbh|ag|kg|b\.?v|n\.?v|s\.?a|s\.?a\.?s|sarl|s\.?r\.?l|s\.?p\.?a|"
-    r"sp\.?\s?z\s?o\.?o|plc|pte|pty|oy|ab|as|aps|restaurant|restoran|cafe|bistro|kitchen|kitchenette|bakery|"
-    r"hardware|mart|market|supermarket|minimarket|store|stores|shop|stationery|books|bookstore|pharmacy|"
-    r"farmasi|hotel|motor|motors|electrical|machinery|perniagaan|kedai|delights|gallery|station|services|"
-    r"industries|international|holdings|group|pub|bar|food|foods|tea|coffee|petrol|pet|deco)(?![a-z])",
+# Suffixes of a business's legal name: a line with one is the registered name.
+_LEGAL = re.compile(
+    r"(?<![a-z])(?:sdn\.?\s*bhd|bhd|berhad|s/b|sdn|enterprises?|trading|traders|ltd|limited|llc|l\.l\.c|inc|"
+    r"incorporated|corp|corporation|co|company|gmbh|b\.v|n\.v|s\.a|s\.a\.s|sarl|s\.r\.l|s\.p\.a|"
+    r"sp\.?\s?z\s?o\.?o|plc|pte|pty|perniagaan|syarikat|kedai)(?![a-z])"
 )
-# Lines that are no longer the issuer's name or address.
+# Trades written in a shop's name: a weaker sign than a legal suffix.
+_TRADE = re.compile(
+    r"(?<![a-z])(?:restaurant|restoran|cafe|bistro|kitchen|kitchenette|bakery|hardware|mart|market|supermarket|"
+    r"minimarket|store|stores|shop|stationery|books|bookstore|pharmacy|farmasi|hotel|motor|motors|electrical|"
+    r"machinery|delights|gallery|station|services|industries|international|holdings|group|pub|bar|food|foods|"
+    r"tea|coffee|petrol|pet|deco|pasar)(?![a-z])"
+)
+# Lines that are no longer the issuer's name or address: the document's own data.
 _STOP = re.compile(
     r"(?<![a-z])(?:tel|tel\.|phone|telephone|fax|hp|h/p|mobile|e-?mail|www|http|gst|vat|tax|invoice|receipt|"
     r"bill|cash|date|time|cashier|table|order|no\.? ?:|reg\.? ?no|registration|roc|co\.? ?no|company no|"
     r"ssm|tin|npwp|kvk|siret|abn|acn|uen|document|doc|ref|member|customer|counter|pos|terminal|"
     r"qty|description|item|price|amount|total|operator|trans|slip|welcome|thank)(?![a-z])"
 )
+_GLUED_STOP = re.compile(r"invoice|receipt|cashier|check|counter|welcome")
+_ONLINE = re.compile(r"\.com\b|\.my\b|www\.|[\w.]@[\w-]+\.[a-z]")
 _REGISTRATION = re.compile(r"^[\(\[]?\s*(?:co\.?\s*(?:reg|no)|company\s*(?:reg|no)|roc|reg|ssm)?[\s.:#]*"
                            r"[a-z]{0,3}\d[\d\- ]{3,}[a-z]?\s*[\)\]]?\.?$")
+_REGISTRATION_WORDS = re.compile(r"(?<![a-z])(?:co\.?\s*reg|company\s*reg|reg\.?\s*no|roc\s*no|co\.?\s*no|"
+                                 r"company\s*no|business\s*reg|sst\s*(?:reg|no)|gst\s*(?:reg|no|id))")
+# A company number with its check letter, as printed under a shop's name: "(1174703-K)", "JM0517726-T".
+_COMPANY_NUMBER = re.compile(r"(?<![a-z0-9])[a-z]{0,3}\d{5,}-?\s?[a-z](?![a-z0-9])")
+_PHONE_NUMBER = re.compile(r"(?<!\d)\d{2,4}\s?-\s?\d{3,4}\s?\d{3,5}(?!\d)")
+# A tax or account number: nine digits or more in a row.
+_LONG_NUMBER = re.compile(r"\d{9,}")
+_DATA_FIELD = re.compile(r"^\s*[A-Za-z][A-Za-z .#/]{0,14}\s?[:;]\s*\S*\d")
+_PRICE = re.compile(r"(?<![\d.,])\d{1,6}[.,]\d{2}(?![\d.,]?\d)")
+_TIME = re.compile(r"(?<!\d)\d{1,2}:\d{2}(?::\d{2})?(?!\d)")
+# A postcode: five digits on their own (Malaysia, Germany, France, the US, ...).
+_POSTCODE = re.compile(r"(?<![\d.,/-])\d{5}(?![\d.,/-]\d|\d)")
+# Words that start or make a street address (English and Malay).
+_ADDRESS_WORDS = re.compile(
+    r"(?<![a-z])(?:no|lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
+    r"bandar|kawasan|kampung|kg|blok|block|batu|seksyen|wisma|menara|bangunan|kompleks|plaza|street|st|road|"
+    r"rd|avenue|ave|lane|ln|drive|building|suite|unit|industrial|park|square|centre|center)(?![a-z])"
+)
+# The same without "no", which also starts the document's own numbers.
+_STREET_WORDS = re.compile(
+    r"(?<![a-z])(?:lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
+    r"bandar|kawasan|kampung|blok|block|batu|seksyen|wisma|menara|bangunan|kompleks|plaza|street|road|avenue)"
+    r"(?![a-z])"
+)
+# Lines under a name that are more of the name, not the address yet.
+_MORE_NAMES = re.compile(r"(?<![a-z])(?:formerly|known as|licensee|owned by|own by|a member of|branch)(?![a-z])")
+# A line of a name ending so goes on on the next line.
+_JOINS = ("&", "-", " AND", " and")
+
+
+@dataclass(frozen=True)
+class HeaderLine:
+    ref: LineRef
+    role: str  # noise, contact, registration, date, stop, text
 
 
 def _letters(text: str) -> int:
@@ -47,65 +98,129 @@ def _letters(text: str) -> int:
 def _is_noise(ref: LineRef) -> bool:
     text = ref.text.strip()
     letters = _letters(text)
-    if letters < 3 or letters < 0.4 * len(text.replace(" ", "")):
+    content = letters + sum(ch.isdigit() for ch in text)
+    if content < 3 or content < 0.6 * len(text.replace(" ", "")) or (letters < 3 and content - letters < 3):
         return True
     # Handwritten or stamped names in lower case above a printed header.
-    upper = sum(ch.isupper() for ch in text)
-    return upper == 0
-
-
-_REGISTRATION_WORDS = re.compile(r"(?<![a-z])(?:co\.?\s*reg|company\s*reg|reg\.?\s*no|roc\s*no|co\.?\s*no|"
-                                 r"company\s*no|business\s*reg|sst\s*(?:reg|no)|gst\s*(?:reg|no|id))")
-# A company number with its check letter, as printed under a shop's name: "(1174703-K)", "JM0517726-T".
-_COMPANY_NUMBER = re.compile(r"(?<![a-z0-9])[a-z]{0,3}\d{5,}-?\s?[a-z](?![a-z0-9])")
+    return not any(ch.isupper() for ch in text)
 
 
 def _is_registration(ref: LineRef) -> bool:
     folded = ref.folded.strip()
-    return (_REGISTRATION.match(folded) is not None or _REGISTRATION_WORDS.search(folded) is not None
-            or (len(folded) < 40 and _COMPANY_NUMBER.search(folded) is not None))
+    if (_REGISTRATION.match(folded) is not None or _REGISTRATION_WORDS.search(folded) is not None
+            or (len(folded) < 40 and _COMPANY_NUMBER.search(folded) is not None)):
+        return True
+    # A short run of digits with a letter or two misread in it: "(4M0517726)".
+    digits = sum(ch.isdigit() for ch in folded)
+    letters = _letters(folded)
+    return len(folded) < 25 and digits >= 6 and letters <= 2 and " " not in folded.strip("()[] ")
+
+
+def _is_contact(ref: LineRef) -> bool:
+    folded = ref.folded
+    return bool(_ONLINE.search(folded) or _PHONE_NUMBER.search(folded))
+
+
+def _conf(ref: LineRef) -> float:
+    words = ref.line.words
+    chars = sum(len(w.text) for w in words) or 1
+    return sum(w.conf * len(w.text) for w in words) / chars
+
+
+def header(engine: Engine) -> list[HeaderLine]:
+    """The first lines of the first page, each with its role (memoised per engine)."""
+    found = engine.memo("parties.header")
+    if isinstance(found, list):
+        return found
+    out: list[HeaderLine] = []
+    if engine.layout.pages:
+        lines = engine.layout.pages[0].lines[:_HEADER_LINES]
+        heights = [ref.line.height for ref in lines] or [1.0]
+        usual = statistics.median(heights)
+        for ref in lines:
+            out.append(HeaderLine(ref, _role(ref, usual)))
+    engine.remember("parties.header", out)
+    return out
+
+
+def _role(ref: LineRef, usual_height: float) -> str:
+    folded = ref.folded
+    if _is_registration(ref) or _LONG_NUMBER.search(folded):
+        return "registration"
+    if _is_contact(ref):
+        return "contact"
+    if find_dates(ref.text) or _TIME.search(folded):
+        return "date"
+    street = _STREET_WORDS.search(folded) is not None and any(ch.isdigit() for ch in folded)
+    if (_STOP.search(folded) or _GLUED_STOP.search(folded)) and not _LEGAL.search(folded) and not street:
+        return "stop"
+    # "TRN: 1CR0576494", "Table : 5", a price: the document's own data.
+    if (_DATA_FIELD.search(ref.text) or _PRICE.search(ref.text)) and not street:
+        return "stop"
+    if _is_noise(ref):
+        return "noise"
+    # A barcode or a logo read as letters: much taller than the text and unsure.
+    if ref.line.height > 2.2 * usual_height and _conf(ref) < 0.5 and len(ref.text.split()) <= 2:
+        return "noise"
+    return "text"
+
+
+def _substantial(ref: LineRef) -> bool:
+    """A name rather than a stray mark: two words, or one of six letters or more, read with some confidence."""
+    words = ref.text.split()
+    return (len(words) >= 2 or _letters(ref.text) >= 6) and _conf(ref) >= 0.3
+
+
+def _address_like(ref: LineRef) -> bool:
+    return _POSTCODE.search(ref.folded) is not None or (
+        _ADDRESS_WORDS.search(ref.folded) is not None and any(ch.isdigit() for ch in ref.text))
 
 
 def issuer_lines(engine: Engine) -> list[LineRef]:
     """The lines of the issuer's name at the top of the first page ([] if none)."""
-    if not engine.layout.pages:
-        return []
-    lines = engine.layout.pages[0].lines
-    candidates = []
-    for ref in lines[: _TOP_LINES + 4]:
-        if _is_noise(ref):
+    lines = header(engine)
+    names: list[int] = []  # indexes into `lines` of lines that may be the name
+    for index, item in enumerate(lines):
+        if item.role == "text" and _address_like(item.ref):
+            break  # the name is above the address
+        if item.role in ("stop", "contact") and any(_substantial(lines[i].ref) for i in names):
+            break  # and above the phone and the document's data (a slogan may come first)
+        if item.role != "text":
             continue
-        if _STOP.search(ref.folded) and not _SUFFIX.search(ref.folded):
+        names.append(index)
+        if len(names) >= _NAME_LINES:
             break
-        candidates.append(ref)
-        if len(candidates) >= _TOP_LINES:
-            break
-    if not candidates:
+    if not names:
         return []
-    chosen = next((ref for ref in candidates[:4] if _SUFFIX.search(ref.folded)), candidates[0])
-    start = chosen.index
-    # A name over two lines: "HOME MASTER HARDWARE &" / "ELECTRICAL", "AIK HUAT" / "(SETIA ALAM) SDN BHD".
-    if start > 0 and chosen is not candidates[0]:
-        previous = lines[start - 1]
-        if (previous in candidates and not _SUFFIX.search(previous.folded) and previous.text.isupper()
-                and _close(previous, chosen) and len(previous.text.split()) <= 4
-                and re.match(r"^\(|^(?:sdn|bhd|s/b|ltd|limited|inc|gmbh)", chosen.folded)):
+    chosen = next((i for i in names if _LEGAL.search(lines[i].ref.folded)), None)
+    if chosen is None:
+        chosen = next((i for i in names if _substantial(lines[i].ref)), names[0])
+    start = chosen
+    # A name over two lines: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA" / "ALAM) SDN BHD".
+    if start > 0:
+        previous, current = lines[start - 1], lines[start]
+        if (previous.role == "text" and _close(previous.ref, current.ref) and _substantial(previous.ref)
+                and not _address_like(previous.ref)
+                and (previous.ref.text.rstrip().endswith(_JOINS)
+                     or re.match(r"^\(|^(?:sdn|bhd|s/b|ltd|limited|inc|gmbh|enterprise|trading)", current.ref.folded))):
             start -= 1
-    out = [lines[start]]
+    out = [lines[start].ref]
     index = start + 1
     while index < len(lines) and len(out) < 3:
-        ref = lines[index]
+        item = lines[index]
         last = out[-1]
-        if not _close(last, ref) or _is_registration(ref) or _STOP.search(ref.folded):
+        if item.role != "text" or not _close(last, item.ref) or _address_like(item.ref):
             break
-        joins = last.text.rstrip().endswith(("&", "-", "AND", "and")) or (
-            not _SUFFIX.search(" ".join(r.folded for r in out))
-            and _SUFFIX.search(ref.folded) is not None
-            and not any(ch.isdigit() for ch in ref.text)
+        name = _clean_name(" ".join(r.text for r in out))
+        joins = (
+            last.text.rstrip().endswith(_JOINS)
+            or name.count("(") > name.count(")")
+            or (not _LEGAL.search(" ".join(r.folded for r in out)) and _LEGAL.search(item.ref.folded) is not None
+                and not any(ch.isdigit() for ch in item.ref.text) and len(item.ref.text.split()) <= 5)
         )
         if not joins:
             break
-        out.append(ref)
+        out.append(item.ref)
         index += 1
     return out
 
@@ -114,17 +229,36 @@ def _close(upper: LineRef, lower: LineRef) -> bool:
     return lower.line.y0 - upper.line.y1 < 1.2 * max(upper.line.height, lower.line.height)
 
 
-_GLUED_STOP = re.compile(r"invoice|receipt|cashier|check|counter|welcome")
-_PHONE_NUMBER = re.compile(r"(?<!\d)\d{2,4}\s?-\s?\d{3,4}\s?\d{3,5}(?!\d)")
+def _clean_name(text: str) -> str:
+    """The name without OCR debris at its ends: a lone bracket or bar, an unclosed "(1"."""
+    words = text.split()
+    while words and (words[-1] in ("|", "_", "~", "-", "—", "=", "*", ".", ",")
+                     or (words[-1].startswith("(") and ")" not in words[-1] and len(words[-1]) <= 3)):
+        words.pop()
+    while words and words[0] in ("|", "_", "~", "-", "—", "=", "*", ".", ",", "'", "‘", "“", '"'):
+        words.pop(0)
+    return " ".join(words)
 
 
-def _ends_address(ref: LineRef) -> bool:
-    """Phone, tax and registration numbers, e-mails and the document's own data end an address."""
-    folded = ref.folded
-    return bool(
-        _STOP.search(folded) or _GLUED_STOP.search(folded) or "@" in folded or _is_registration(ref)
-        or _PHONE_NUMBER.search(folded) or _letters(ref.text) < 2
-    )
+def _repair_suffix(text: str) -> str:
+    """"SON BHD", "SDN BED" -> "SDN BHD": a misread letter in the commonest legal
+    suffix of the kind, mended when the other word of the pair is read right."""
+    words = text.split(" ")
+    for index in range(len(words) - 1):
+        first, second = words[index], words[index + 1]
+        core1, core2 = first.rstrip(".,"), second.rstrip(".,")
+        if len(core1) != 3 or len(core2) != 3 or not (core1.isalpha() and core2.isalnum()):
+            continue
+        up1, up2 = core1.upper(), core2.upper()
+        if (up1 == "SDN" or up2 == "BHD") and _near(up1, "SDN") and _near(up2, "BHD"):
+            fix1, fix2 = ("SDN", "BHD") if core1.isupper() else ("Sdn", "Bhd")
+            words[index] = fix1 + first[len(core1):]
+            words[index + 1] = fix2 + second[len(core2):]
+    return " ".join(words)
+
+
+def _near(word: str, target: str) -> bool:
+    return sum(a != b for a, b in zip(word, target, strict=True)) <= 1
 
 
 def vendor_candidate(engine: Engine) -> Candidate | None:
@@ -133,41 +267,74 @@ def vendor_candidate(engine: Engine) -> Candidate | None:
     lines = issuer_lines(engine)
     if not lines:
         return None
-    text = " ".join(" ".join(ref.text.split()) for ref in lines)
-    score = 0.6 if _SUFFIX.search(" ".join(r.folded for r in lines)) else 0.4
+    text = _repair_suffix(_clean_name(" ".join(" ".join(ref.text.split()) for ref in lines)))
+    if not text:
+        return None
+    folded = " ".join(r.folded for r in lines)
+    score = 0.6 if _LEGAL.search(folded) else 0.5 if _TRADE.search(folded) else 0.4
     return Candidate(text, score, lines[0], 0, len(lines[0].text), lines[0].text, extra=lines[1:])
 
 
-def address_candidate(engine: Engine) -> Candidate | None:
-    """The lines after the issuer's name, up to its phone, tax numbers or the document's data."""
-    from daemon.extraction.providers.rules.engine import Candidate
+def _ends_address(item: HeaderLine) -> bool:
+    """Phone, tax and registration numbers, e-mails and the document's own data end an address."""
+    return item.role in ("contact", "registration", "date", "stop") or _letters(item.ref.text) < 2
 
+
+def address_lines(engine: Engine) -> list[LineRef]:
+    """The lines after the issuer's name, up to its phone, tax numbers or the document's data."""
     issuer = issuer_lines(engine)
-    if not issuer:
-        return None
-    page = engine.layout.pages[issuer[0].page]
-    index = issuer[-1].index + 1
-    # Registration numbers printed under the name are not the address.
-    while index < len(page.lines) and (_is_registration(page.lines[index]) or _letters(page.lines[index].text) < 2):
+    lines = header(engine)
+    if not lines:
+        return []
+    positions = {id(item.ref): i for i, item in enumerate(lines)}
+    index = positions[id(issuer[-1])] + 1 if issuer and id(issuer[-1]) in positions else 0
+    # Registration numbers, the date and more names (a brand, "formerly known as")
+    # may sit between the name and the address: a street address starts with a
+    # number or a street word.
+    for skipped in range(_BEFORE_ADDRESS + 1):
+        if index >= len(lines) or skipped == _BEFORE_ADDRESS or lines[index].role in ("contact", "stop"):
+            return []
+        item = lines[index]
+        if (item.role == "text" and not _LEGAL.search(item.ref.folded) and not _MORE_NAMES.search(item.ref.folded)
+                and (any(ch.isdigit() for ch in item.ref.text) or _ADDRESS_WORDS.search(item.ref.folded))):
+            break
         index += 1
-    # A street address starts with a number ("NO. 5", "LOT 12", "3RD FLR"): lines
-    # before the first one with a digit are more names (a brand, "formerly known as").
-    skipped = 0
-    while (index < len(page.lines) and skipped < 3 and not any(ch.isdigit() for ch in page.lines[index].text)
-           and not _ends_address(page.lines[index])):
-        index += 1
-        skipped += 1
     out: list[LineRef] = []
-    while index < len(page.lines) and len(out) < 5:
-        ref = page.lines[index]
+    postcode_seen = False
+    after_postcode = 0
+    while index < len(lines) and len(out) < _ADDRESS_LINES:
+        item = lines[index]
+        ref = item.ref
         if out and not _close(out[-1], ref):
             break
-        if _ends_address(ref):
+        if _ends_address(item) or item.role == "noise":
             break
+        if postcode_seen:
+            # After the postcode only a state or a country, or a branch in brackets.
+            after_postcode += 1
+            if (after_postcode > 2 or any(ch.isdigit() for ch in ref.text) or len(ref.text.split()) > 4
+                    or _conf(ref) < 0.25):
+                break
         out.append(ref)
+        postcode_seen = postcode_seen or _POSTCODE.search(ref.folded) is not None
         index += 1
+    return out
+
+
+_DEBRIS = "‘’“”'\"|~_°•*`"
+
+
+def _clean_line(text: str) -> str:
+    """A line without the marks OCR reads into the margin beside it."""
+    return " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " ")
+
+
+def address_candidate(engine: Engine) -> Candidate | None:
+    from daemon.extraction.providers.rules.engine import Candidate
+
+    out = address_lines(engine)
     if not out:
         return None
-    text = " ".join(" ".join(ref.text.split()) for ref in out)
+    text = " ".join(part for part in (_clean_line(ref.text) for ref in out) if part)
     score = 0.6 if any(ch.isdigit() for ch in text) else 0.35
     return Candidate(text, score, out[0], 0, len(out[0].text), out[0].text, extra=out[1:])

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.extraction.providers.rules.labels import LabelIndex
 from daemon.extraction.providers.rules.layout import LineRef
+from daemon.extraction.providers.rules.values import Found
 
 if TYPE_CHECKING:
     from daemon.extraction.providers.rules.engine import Engine, FieldSpec
@@ -43,6 +44,23 @@ class Row:
     cells: dict[str, list[tuple[LineRef, int]]] = field(default_factory=dict)  # prop -> (line, cell index)
 
 
+class _Values:
+    """`Engine.values_in` for the columns of one table, each cell's text read once
+    (a row's numbers are read to tell items from continuation lines, then again
+    for their values)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.seen: dict[tuple[str, str], list[Found]] = {}
+
+    def __call__(self, spec: FieldSpec, text: str) -> list[Found]:
+        key = (spec.name, text)
+        found = self.seen.get(key)
+        if found is None:
+            found = self.seen[key] = self.engine.values_in(spec, text)
+        return found
+
+
 def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[str, Any], pointer: str,
                evidence: dict[str, Any]) -> list[dict[str, Any]]:
     from daemon.extraction.providers.rules.engine import field_spec
@@ -55,6 +73,7 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
         return []
     rows: list[Row] = []
     titles = header_index(specs)
+    values = _Values(engine)
     for page in engine.layout.pages:
         index = 0
         lines = page.lines
@@ -64,23 +83,28 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
             if columns is None:
                 index += 1
                 continue
-            index = _rows(engine, lines, headers, index + 1, columns, rows)
+            index = _rows(values, lines, headers, index + 1, columns, rows)
     out: list[dict[str, Any]] = []
+    pages = engine.layout.pages
     for row in rows:
         item: dict[str, Any] = {}
+        prefix = f"{pointer}/{len(out)}/"
         for prop, cells in row.cells.items():
             spec = specs[prop]
-            value, text, ref, start, end = _value(engine, spec, cells)
+            value, text, ref, cell, start, end = _value(engine, values, spec, cells)
             if value is None:
                 continue
             item[prop] = value
-            where = engine.layout.pages[ref.page].page
-            x0, y0, x1, y1 = ref.box(start, end)
-            for other, cell in cells[1:]:
-                word = other.line.words[cell]
-                x0, y0, x1, y1 = min(x0, word.x0), min(y0, word.y0), max(x1, word.x1), max(y1, word.y1)
-            evidence[f"{pointer}/{len(out)}/{prop}"] = {
-                "confidence": round(0.8 * ref.conf(start, end), 3),
+            where = pages[ref.page].page
+            # The value lies in one cell: its box and confidence are that cell's (`LineRef.box`, `conf`).
+            x0, y0, x1, y1 = ref.cell_box(cell, start, end)
+            if len(cells) > 1:
+                for other, other_cell in cells[1:]:
+                    word = other.line.words[other_cell]
+                    x0, y0, x1, y1 = min(x0, word.x0), min(y0, word.y0), max(x1, word.x1), max(y1, word.y1)
+            conf = ref.line.words[cell].conf
+            evidence[prefix + prop] = {
+                "confidence": 0.8 if conf == 1.0 else round(0.8 * conf, 3),  # round(0.8 * 1.0, 3) is 0.8
                 "page": where.number,
                 "bbox": where.relative(x0, y0, x1, y1),
                 "text": text,
@@ -93,6 +117,10 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
 def _header(ref: LineRef, specs: dict[str, FieldSpec], index: LabelIndex) -> list[Column] | None:
     """The columns when `ref` is a header row of the table, else None."""
     if len(ref.tokens) < 2:
+        return None
+    # Each title found starts at a word that starts a title: fewer than two such words, no header.
+    first_words = index.by_first
+    if sum(1 for token in ref.tokens if token[2] in first_words) < 2:
         return None
     used: set[str] = set()
 
@@ -135,7 +163,7 @@ def header_index(specs: dict[str, FieldSpec]) -> LabelIndex:
     return LabelIndex(titles)
 
 
-def _rows(engine: Engine, lines: list[LineRef], headers: list[list[Column] | None], start: int,
+def _rows(values: _Values, lines: list[LineRef], headers: list[list[Column] | None], start: int,
           columns: list[Column], rows: list[Row]) -> int:
     numeric = [c for c in columns if c.spec.value_kind in _NUMERIC]
     text_columns = [c for c in columns if c.spec.value_kind not in _NUMERIC]
@@ -157,7 +185,7 @@ def _rows(engine: Engine, lines: list[LineRef], headers: list[list[Column] | Non
         if not assigned:
             break
         has_number = any(
-            engine.values_in(c.spec, ref.line.words[i].text) for c in numeric for i in assigned.get(c.prop, [])
+            values(c.spec, ref.line.words[i].text) for c in numeric for i in assigned.get(c.prop, [])
         )
         if has_number or not numeric:
             current = Row({prop: [(ref, i) for i in cells] for prop, cells in assigned.items()})
@@ -177,15 +205,18 @@ def _rows(engine: Engine, lines: list[LineRef], headers: list[list[Column] | Non
 def _assign(ref: LineRef, columns: list[Column]) -> dict[str, list[int]]:
     out: dict[str, list[int]] = {}
     for index, word in enumerate(ref.line.words):
+        _, x0, _, x1, _, _ = word
         best, best_overlap = None, 0.0
         for column in columns:
-            overlap = min(word.x1, column.x1) - max(word.x0, column.x0)
+            # min(x1, column.x1) - max(x0, column.x0), without the calls
+            right, left = column.x1, column.x0
+            overlap = (right if right < x1 else x1) - (left if left > x0 else x0)
             if overlap > best_overlap:
                 best, best_overlap = column, overlap
         if best is None:
-            # No overlap: the nearest column within two line heights.
+            # No overlap: the nearest column within two line heights (the first of equals).
             distance, nearest = min(
-                (min(abs(word.x0 - c.x1), abs(c.x0 - word.x1)), c) for c in columns
+                ((min(abs(x0 - c.x1), abs(c.x0 - x1)), c) for c in columns), key=_first
             ) if columns else (0.0, None)
             if nearest is not None and distance <= 2 * ref.line.height:
                 best = nearest
@@ -194,8 +225,14 @@ def _assign(ref: LineRef, columns: list[Column]) -> dict[str, list[int]]:
     return out
 
 
-def _value(engine: Engine, spec: FieldSpec, cells: list[tuple[LineRef, int]]) -> tuple[Any, str, LineRef, int,
-                                                                                       int]:
+def _first(pair: tuple[float, Column]) -> float:
+    return pair[0]
+
+
+def _value(engine: Engine, values_in: _Values, spec: FieldSpec,
+           cells: list[tuple[LineRef, int]]) -> tuple[Any, str, LineRef, int, int, int]:
+    """A column's value in its cells: (value, text, line, cell, start, end), the
+    span in the line's text and inside that one cell."""
     from daemon.extraction.providers.rules.engine import Candidate
 
     ref, first = cells[0]
@@ -203,14 +240,13 @@ def _value(engine: Engine, spec: FieldSpec, cells: list[tuple[LineRef, int]]) ->
     kind = spec.value_kind
     if kind in ("text", "party", "address"):
         text = " ".join(r.line.words[i].text for r, i in cells)
-        return (" ".join(text.split()) or None), text, ref, start, end
+        return (" ".join(text.split()) or None), text, ref, first, start, end
     for cell_ref, cell in cells:
-        s, _ = cell_ref.cell_span(cell)
-        values = engine.values_in(spec, cell_ref.line.words[cell].text)
+        s = cell_ref.starts[cell]
+        values = values_in(spec, cell_ref.line.words[cell].text)
         if values:
             value = values[0]
             candidate = Candidate(value.value, 1.0, cell_ref, s + value.start, s + value.end,
                                   cell_ref.text[s + value.start : s + value.end])
-            return engine.typed(spec, candidate), candidate.text, cell_ref, candidate.start, candidate.end
-    return None, "", ref, start, end
-
+            return engine.typed(spec, candidate), candidate.text, cell_ref, cell, candidate.start, candidate.end
+    return None, "", ref, first, start, end

@@ -1,0 +1,204 @@
+"""Scanned receipts: the issuer's name and address from the header's layout,
+totals and dates read through OCR misreads, and several OCR readings voted
+on. Receipts here are made up (a generated image for the OCR path, text
+lines marked as OCR output for the rules)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.extraction.document import Document, Line, Page, Word, grid_text_line
+from daemon.extraction.parsers import ParseOptions, ocr, parse
+from daemon.extraction.parsers.scanned import ScannedDocument, readings_of
+from daemon.extraction.providers.rules.engine import extract_rules
+from daemon.extraction.providers.rules.receipts import repair_dates
+from daemon.jobs import filetypes
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "company": {"type": "string", "description": "Name of the shop or company that issued the receipt"},
+        "date": {"type": "string", "format": "date", "description": "Date of the purchase"},
+        "address": {"type": "string", "description": "Postal address of the shop"},
+        "total": {"type": "number", "description": "Total amount paid, tax included"},
+    },
+}
+
+
+def scanned(*texts: str, conf: float = 0.9) -> Document:
+    """A page of text lines as OCR would give them (cells split by runs of spaces)."""
+    lines: list[Line] = []
+    for row, text in enumerate(texts):
+        line = grid_text_line(row, text)
+        if line is not None:
+            lines.append(Line(tuple(w._replace(conf=conf) for w in line.words)))
+    width = max((line.x1 for line in lines), default=10.0)
+    height = max((line.y1 for line in lines), default=10.0)
+    return Document((Page(1, width, height, tuple(lines), ocr=True),))
+
+
+def read(document: Document) -> dict[str, Any]:
+    result, _ = extract_rules(document, SCHEMA)
+    return result
+
+
+HEADER = (
+    "tan ah kow",  # a handwritten note above the print
+    "KEDAI RUNCIT SRI WANGI SDN BHD",
+    "(1023456-K)",
+    "NO. 12, JALAN MAWAR 3,",
+    "TAMAN BUNGA,",
+    "43000 KAJANG,",
+    "SELANGOR.",
+    "TEL: 03-8736 1234   FAX: 03-8736 1235",
+    "GST ID: 001234567890",
+    "TAX INVOICE",
+)
+
+
+def test_the_issuer_and_its_address_come_from_the_header() -> None:
+    result = read(scanned(*HEADER, "Date: 15/03/2018 12:30:45", "TOTAL        11.35"))
+    assert result["company"] == "KEDAI RUNCIT SRI WANGI SDN BHD"
+    assert result["address"] == "NO. 12, JALAN MAWAR 3, TAMAN BUNGA, 43000 KAJANG, SELANGOR."
+    assert result["date"] == "2018-03-15"
+    assert result["total"] == 11.35
+
+
+def test_a_name_over_two_lines_and_a_brand_above_the_legal_name() -> None:
+    assert read(scanned("BINA JAYA HARDWARE &", "ELECTRICAL", "NO.8, JALAN BESI 2,", "81100 JOHOR BAHRU",
+                        "TEL: 07-555 1234"))["company"] == "BINA JAYA HARDWARE & ELECTRICAL"
+    assert read(scanned("Orchidland", "Lemon Tree Kitchen Sdn Bhd", "(998877-A)", "Lot 5, Jalan Kenanga 1,",
+                        "47100 Puchong, Selangor"))["company"] == "Lemon Tree Kitchen Sdn Bhd"
+    # A stray mark above the name, a slogan with a web address.
+    assert read(scanned("OBKS", "THANKS FOR SHOPPING AT mymart.com", "HENTIAN REHAT SELATAN",
+                        "LOT R2, KM 45 LEBUHRAYA UTARA,", "84600 PAGOH, JOHOR"))["company"] == "HENTIAN REHAT SELATAN"
+
+
+def test_a_misread_legal_suffix_is_mended() -> None:
+    assert read(scanned("MAJU MAKMUR SON BHD", "NO. 1, JALAN SATU"))["company"] == "MAJU MAKMUR SDN BHD"
+    assert read(scanned("Maju Makmur Sdn Bed", "No. 1, Jalan Satu"))["company"] == "Maju Makmur Sdn Bhd"
+
+
+def test_the_address_skips_the_date_and_the_registration_number_under_the_name() -> None:
+    result = read(scanned("NASI DAUN PISANG SDN BHD", "05 Mar 2018 18:24", "(867000-U)",
+                          "12, Jalan Tampoi 7/4,Kawasan Perindustrian", "Tampoi,81200 Johor Bahru,Johor",
+                          "TAX INVOICE"))
+    assert result["company"] == "NASI DAUN PISANG SDN BHD"
+    assert result["address"] == "12, Jalan Tampoi 7/4,Kawasan Perindustrian Tampoi,81200 Johor Bahru,Johor"
+
+
+def test_a_company_number_label_and_a_customer_address_field_are_not_the_issuer() -> None:
+    result = read(scanned("SETIA HOME HARDWARE SDN BHD", "NO. 3, JALAN SETIA 1,", "40170 SHAH ALAM",
+                          "Company Reg No. 1234567-X", "Address", "GST No."))
+    assert result["company"] == "SETIA HOME HARDWARE SDN BHD"
+    assert result["address"] == "NO. 3, JALAN SETIA 1, 40170 SHAH ALAM"
+
+
+def test_the_rounded_total_wins_when_the_rounding_explains_it() -> None:
+    document = scanned("TOTAL              RM 33.92", "ROUNDING ADJUSTMENT  -RM 0.02",
+                       "TOTAL ROUNDED      RH 33.90", "CASH               RM 50.00")
+    assert read(document)["total"] == 33.90
+
+
+def test_a_tax_summary_row_and_a_percentage_are_not_the_total() -> None:
+    document = scanned("SUB-TOTAL (EX)     26.00", "TOTAL TAX           1.56", "TOTAL     typ      27.55",
+                       "GSTSUMMARY", "SR    6.00%   26.00   1.56", "TOTAL:             26.00   1.56")
+    assert read(document)["total"] == 27.55
+
+
+def test_a_misread_currency_between_label_and_amount_and_a_lost_decimal_point() -> None:
+    assert read(scanned("ITEM  2  10.50", "Total   Ri   =86.00", "Visa  RM  86.00"))["total"] == 86.00
+    document = scanned("NASI LEMAK   4.50", "TEH TARIK   2.50", "KUIH   3.00", "GRAND TOTAL   1000")
+    assert read(document)["total"] == 10.00
+
+
+def test_ocr_dates_are_repaired_inside_date_shaped_tokens_only() -> None:
+    assert repair_dates("Date: 2O/O3/2Ol8") == "Date: 20/03/2018"
+    assert repair_dates("12.01-19 21:13") == "12.01.19 21:13"
+    assert repair_dates("SS21/1A, DAMANSARA") == "SS21/1A, DAMANSARA"
+    # An item code is not a date, the stamped date with its time is.
+    document = scanned("ITEM HCO3-7 - 15", "CHOPPING BOARD   1 X 18.00", "12-01-19 21:13 SHOP 2 R000027830")
+    assert read(document)["date"] == "2019-01-12"
+
+
+def test_readings_vote_field_by_field() -> None:
+    def reading(total: str, date: str, conf: float = 0.9) -> Document:
+        return scanned("PERNIAGAAN MAJU JAYA", "NO. 7, JALAN PASAR,", f"Date: {date}", f"TOTAL   {total}",
+                       conf=conf)
+
+    first = reading("112.46", "12/02/2018")
+    document = ScannedDocument(first.pages, (reading("112.45", "12/02/2018"), reading("112.45", "12/08/2018")))
+    assert readings_of(document)[0].pages == first.pages
+    result, fields = extract_rules(document, SCHEMA)
+    assert result["total"] == 112.45  # two readings of three
+    assert result["date"] == "2018-02-12"
+    assert fields["/total"]["text"] == "112.45"
+    # Two readings that disagree: the surer one.
+    unsure = reading("99.99", "12/02/2018", conf=0.3)
+    assert extract_rules(ScannedDocument(unsure.pages, (reading("10.00", "12/02/2018"),)), SCHEMA)[0]["total"] == 10.0
+
+
+def test_a_plain_document_is_its_only_reading() -> None:
+    document = Document((Page(1, 10, 10, (Line((Word("Total 1.00", 0, 0, 5, 1),)),)),))
+    assert readings_of(document) == (document,)
+
+
+def write_receipt_jpeg(path: Path) -> Path:
+    """A till receipt printed in a monospace font and scanned at 150 dpi."""
+    import pypdfium2 as pdfium
+    from reportlab.lib.units import mm
+    from reportlab.pdfgen import canvas
+
+    lines = [*HEADER[1:], "Date: 15/03/2018 12:30:45", "", "NASI LEMAK        2     9.00",
+             "TEH TARIK         1     2.33", "SUB TOTAL              11.33", "ROUNDING ADJ            0.02",
+             "TOTAL ROUNDED          11.35", "CASH                   20.00", "CHANGE                  8.65",
+             "", "THANK YOU"]
+    pdf = path.with_suffix(".pdf")
+    width, height = 80 * mm, (len(lines) + 4) * 12
+    c = canvas.Canvas(str(pdf), pagesize=(width, height))
+    c.setFont("Courier-Bold", 8.5)
+    y = height - 24
+    for text in lines:
+        c.drawCentredString(width / 2, y, text)
+        y -= 12
+    c.showPage()
+    c.save()
+    document = pdfium.PdfDocument(str(pdf))
+    try:
+        page = document[0]
+        page.render(scale=150 / 72).to_pil().convert("RGB").save(path, format="JPEG", quality=85, dpi=(150, 150))
+        page.close()
+    finally:
+        document.close()
+    return path
+
+
+def test_a_clean_scan_is_read_once(tmp_path: Path) -> None:
+    document = parse(write_receipt_jpeg(tmp_path / "receipt.jpg"), filetypes.JPEG, ParseOptions())
+    assert isinstance(document, ScannedDocument)
+    assert document.readings == ()
+    assert read(document)["total"] == 11.35
+
+
+def test_an_unsure_scan_is_read_three_times_and_its_fields_found(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # A generated image reads too well to be unsure: every reading counts as unsure here.
+    monkeypatch.setattr(ocr, "_SURE_ENOUGH", 1.01)
+    document = parse(write_receipt_jpeg(tmp_path / "receipt.jpg"), filetypes.JPEG, ParseOptions())
+    assert isinstance(document, ScannedDocument)
+    assert len(document.readings) == 2
+    assert all(r.page_count == 1 and r.pages[0].ocr for r in document.readings)
+    # Every reading is in the image's own pixels.
+    assert all(w.x1 <= r.pages[0].width + 1 for r in document.readings for line in r.pages[0].lines
+               for w in line.words)
+    result, fields = extract_rules(document, SCHEMA)
+    assert result == {
+        "company": "KEDAI RUNCIT SRI WANGI SDN BHD",
+        "date": "2018-03-15",
+        "address": "NO. 12, JALAN MAWAR 3, TAMAN BUNGA, 43000 KAJANG, SELANGOR.",
+        "total": 11.35,
+    }
+    assert 0 < fields["/total"]["confidence"] <= 0.99
