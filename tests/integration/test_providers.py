@@ -22,6 +22,7 @@ from daemon.config import AnthropicConfig, Config, OpenAIConfig, Secret, load_co
 from daemon.errors import JobError, PermanentJobError, TransientJobError
 from daemon.extraction.document import Document, grid_page, grid_text_line
 from daemon.extraction.pipeline import extract
+from daemon.extraction.providers import llm
 from daemon.extraction.providers import openai as openai_module
 from daemon.extraction.providers.anthropic import AnthropicProvider
 from daemon.extraction.providers.openai import OpenAIProvider
@@ -267,8 +268,8 @@ async def test_an_unreachable_server_is_retryable(client: httpx.AsyncClient) -> 
 async def test_a_document_longer_than_the_context_is_split_and_merged(
     server: FakeServer, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(openai_module, "DEFAULT_CHUNK_CHARS", 8000)
-    monkeypatch.setattr(openai_module, "MIN_CHUNK_CHARS", 500)
+    monkeypatch.setattr(llm, "DEFAULT_CHUNK_CHARS", 8000)
+    monkeypatch.setattr(llm, "MIN_CHUNK_CHARS", 500)
     pages = []
     for number in range(1, 5):
         rows = [f"Item {number}-{i}   {i}.00" for i in range(40)]

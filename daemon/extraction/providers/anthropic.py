@@ -9,6 +9,7 @@ AI_PROVIDER_RATE_LIMIT with the server's Retry-After. The API key travels in
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import httpx
@@ -18,18 +19,11 @@ from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 from daemon.extraction.providers.base import ProviderOutput
 from daemon.extraction.providers.llm import (
-    DEFAULT_CHUNK_CHARS,
     INSTRUCTIONS,
     MAX_OUTPUT_TOKENS,
-    MIN_CHUNK_CHARS,
-    ContextTooLong,
-    chunks,
+    ask_in_chunks,
     classify_response,
-    document_text,
-    drop_nulls,
-    merge,
     transport_error,
-    usage_total,
 )
 
 API_VERSION = "2023-06-01"
@@ -46,27 +40,11 @@ class AnthropicProvider:
 
     async def extract(self, document: Document, definition: dict[str, Any],
                       client: httpx.AsyncClient) -> ProviderOutput:
-        pages = document_text(document)
-        limit = DEFAULT_CHUNK_CHARS
-        while True:
-            results: list[dict[str, Any]] = []
-            usages: list[dict[str, int]] = []
-            try:
-                for chunk in chunks(pages, limit):
-                    result, usage = await self._ask(client, definition, chunk)
-                    results.append(result)
-                    usages.append(usage)
-                break
-            except ContextTooLong as exc:
-                if limit <= MIN_CHUNK_CHARS:
-                    raise PermanentJobError(
-                        "AI_PROVIDER_ERROR", f"anthropic: the model's context is too small for one page ({exc})"
-                    ) from exc
-                limit = max(MIN_CHUNK_CHARS, limit // 2)
-        return ProviderOutput(drop_nulls(merge(results)), model=self.config.model, usage=usage_total(usages))
+        ask = functools.partial(self._ask, client, definition)
+        return await ask_in_chunks("anthropic", self.config.model, document, ask)
 
     async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any],
-                   text: str) -> tuple[dict[str, Any], dict[str, int]]:
+                   text: str) -> tuple[dict[str, Any], list[dict[str, int]]]:
         schema = {k: v for k, v in definition.items() if k != "$schema"}
         body = {
             "model": self.config.model,
@@ -104,7 +82,7 @@ class AnthropicProvider:
             raise PermanentJobError("AI_PROVIDER_ERROR",
                                     f"anthropic: the model did not call the extraction tool (stop: {reason})")
         usage = data.get("usage") or {}
-        return call["input"], {
+        return call["input"], [{
             "inputTokens": int(usage.get("input_tokens") or 0),
             "outputTokens": int(usage.get("output_tokens") or 0),
-        }
+        }]

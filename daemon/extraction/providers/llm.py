@@ -17,13 +17,14 @@ import datetime as dt
 import email.utils
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
 
 from daemon.errors import JobError, PermanentJobError, TransientJobError
 from daemon.extraction.document import Document
+from daemon.extraction.providers.base import ProviderOutput
 
 # About 4 characters a token: 60k tokens of document, room left for the
 # schema, the instructions and the answer in a 128k context.
@@ -260,3 +261,33 @@ def usage_total(usages: list[dict[str, int]]) -> dict[str, int]:
         for key, value in usage.items():
             total[key] = total.get(key, 0) + value
     return total
+
+
+Ask = Callable[[str], Awaitable[tuple[dict[str, Any], list[dict[str, int]]]]]
+
+
+async def ask_in_chunks(provider: str, model: str, document: Document, ask: Ask) -> ProviderOutput:
+    """Ask a model about `document` chunk by chunk and merge the answers.
+
+    Starts with chunks of `DEFAULT_CHUNK_CHARS` and halves them whenever the server
+    says the prompt is too long. Raises a permanent AI_PROVIDER_ERROR when even one
+    page does not fit.
+    """
+    pages = document_text(document)
+    limit = DEFAULT_CHUNK_CHARS
+    while True:
+        results: list[dict[str, Any]] = []
+        usages: list[dict[str, int]] = []
+        try:
+            for chunk in chunks(pages, limit):
+                result, usage = await ask(chunk)
+                results.append(result)
+                usages.extend(usage)
+            break
+        except ContextTooLong as exc:
+            if limit <= MIN_CHUNK_CHARS:
+                raise PermanentJobError(
+                    "AI_PROVIDER_ERROR", f"{provider}: the model's context is too small for one page ({exc})"
+                ) from exc
+            limit = max(MIN_CHUNK_CHARS, limit // 2)
+    return ProviderOutput(drop_nulls(merge(results)), model=model, usage=usage_total(usages))

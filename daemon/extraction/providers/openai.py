@@ -14,6 +14,7 @@ is scrubbed from any error message a server echoes back.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -25,20 +26,14 @@ from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 from daemon.extraction.providers.base import ProviderOutput
 from daemon.extraction.providers.llm import (
-    DEFAULT_CHUNK_CHARS,
     INSTRUCTIONS,
     MAX_OUTPUT_TOKENS,
-    MIN_CHUNK_CHARS,
-    ContextTooLong,
-    chunks,
+    ask_in_chunks,
     classify_response,
-    document_text,
     drop_nulls,
-    merge,
     parse_json_answer,
     strict_schema,
     transport_error,
-    usage_total,
 )
 
 # Base URLs whose servers refused response_format json_schema.
@@ -55,23 +50,8 @@ class OpenAIProvider:
 
     async def extract(self, document: Document, definition: dict[str, Any],
                       client: httpx.AsyncClient) -> ProviderOutput:
-        pages = document_text(document)
-        limit = DEFAULT_CHUNK_CHARS
-        while True:
-            results: list[dict[str, Any]] = []
-            usages: list[dict[str, int]] = []
-            try:
-                for chunk in chunks(pages, limit):
-                    result, usage = await self._ask(client, definition, chunk)
-                    results.append(result)
-                    usages.extend(usage)
-                break
-            except ContextTooLong as exc:
-                if limit <= MIN_CHUNK_CHARS:
-                    raise PermanentJobError("AI_PROVIDER_ERROR",
-                                            f"openai: the model's context is too small for one page ({exc})") from exc
-                limit = max(MIN_CHUNK_CHARS, limit // 2)
-        return ProviderOutput(drop_nulls(merge(results)), model=self.config.model, usage=usage_total(usages))
+        ask = functools.partial(self._ask, client, definition)
+        return await ask_in_chunks("openai", self.config.model, document, ask)
 
     async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any],
                    text: str) -> tuple[dict[str, Any], list[dict[str, int]]]:
