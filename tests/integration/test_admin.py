@@ -3,15 +3,13 @@ at once, and the statistics (SPEC §4)."""
 
 from __future__ import annotations
 
-from http import HTTPStatus
 from typing import Any
 
 import pytest
+from auth_helpers import PASSWORD, bearer, error_body, register
 
 from daemon.storage.repos import accounts as repo
 
-PASSWORD = "correct horse 42"
-ERROR_KEYS = {"statusCode", "message", "error"}
 ADMIN_USER_KEYS = {"id", "name", "email", "role", "disabled", "createdAt", "updatedAt"}
 ADMIN_ROUTES = [
     ("GET", "/api/admin/users", None),
@@ -19,25 +17,6 @@ ADMIN_ROUTES = [
     ("PATCH", "/api/admin/users/{other}", {"role": "ADMIN"}),
     ("PATCH", "/api/admin/users/{other}", {"disabled": True}),
 ]
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def register(client: Any, name: str, email: str) -> dict[str, Any]:
-    r = await client.post("/api/auth/register", json={"name": name, "email": email, "password": PASSWORD})
-    body = await r.get_json()
-    assert r.status_code == 201, body
-    return body  # type: ignore[no-any-return]
-
-
-async def error_body(response: Any, status: int) -> dict[str, Any]:
-    body = await response.get_json()
-    assert response.status_code == status, body
-    assert isinstance(body, dict) and set(body) >= ERROR_KEYS, body
-    assert body["statusCode"] == status and body["error"] == HTTPStatus(status).phrase
-    return body  # type: ignore[no-any-return]
 
 
 async def status_of(client: Any, token: str, path: str = "/api/auth/me") -> int:

@@ -7,35 +7,14 @@ import dataclasses
 import datetime as dt
 import hashlib
 import re
-from http import HTTPStatus
 from typing import Any
 
 import trio
+from auth_helpers import bearer, error_body, register
 
-PASSWORD = "correct horse 42"
-ERROR_KEYS = {"statusCode", "message", "error"}
 CREATED_KEYS = {"id", "name", "role", "prefix", "last4", "createdAt", "expiresAt", "apiKey"}
 KEY_SHAPE = re.compile(r"dx_live_[0-9A-Za-z]{43}")
 ISO_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-async def register(client: Any, name: str = "Alice", email: str = "alice@example.com") -> dict[str, Any]:
-    r = await client.post("/api/auth/register", json={"name": name, "email": email, "password": PASSWORD})
-    body = await r.get_json()
-    assert r.status_code == 201, body
-    return body  # type: ignore[no-any-return]
-
-
-async def error_body(response: Any, status: int) -> dict[str, Any]:
-    body = await response.get_json()
-    assert response.status_code == status, body
-    assert isinstance(body, dict) and set(body) >= ERROR_KEYS, body
-    assert body["statusCode"] == status and body["error"] == HTTPStatus(status).phrase
-    return body  # type: ignore[no-any-return]
 
 
 async def create_key(client: Any, token: str, name: str = "ci", **extra: Any) -> dict[str, Any]:

@@ -9,7 +9,6 @@ import hashlib
 import json
 import re
 import time
-from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +16,12 @@ import jwt
 import pytest
 import sqlalchemy as sa
 import trio
+from auth_helpers import PASSWORD, bearer, error_body, origin, register
 
 from daemon.config import RateLimit
 from daemon.storage.repos import accounts as repo
 from daemon.storage.tables import api_keys, sessions, users
 
-PASSWORD = "correct horse 42"
-ERROR_KEYS = {"statusCode", "message", "error"}
 PAIR_KEYS = {"user", "accessToken", "refreshToken", "expiresIn"}
 USER_KEYS = {"id", "name", "email", "role", "createdAt"}
 SESSION_KEYS = {"id", "createdAt", "lastUsedAt", "expiresAt", "userAgent", "ip", "current"}
@@ -31,24 +29,6 @@ ISO_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
 # --- helpers ---------------------------------------------------------------------------
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def origin(ip: str | None) -> dict[str, Any]:
-    return {"scope_base": {"client": (ip, 40000)}} if ip else {}
-
-
-async def register(client: Any, name: str = "Alice", email: str = "alice@example.com",
-                   password: str = PASSWORD, *, ip: str | None = None,
-                   headers: dict[str, str] | None = None) -> dict[str, Any]:
-    r = await client.post("/api/auth/register", json={"name": name, "email": email, "password": password},
-                          headers=headers, **origin(ip))
-    body = await r.get_json()
-    assert r.status_code == 201, body
-    return body  # type: ignore[no-any-return]
-
 
 async def login(client: Any, email: str = "alice@example.com", password: str = PASSWORD, *,
                 ip: str | None = None, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -61,17 +41,6 @@ async def login(client: Any, email: str = "alice@example.com", password: str = P
 
 async def refresh(client: Any, refresh_token: str) -> Any:
     return await client.post("/api/auth/refresh", json={"refreshToken": refresh_token})
-
-
-async def error_body(response: Any, status: int) -> dict[str, Any]:
-    """Assert the SPEC §3 error shape with this status; return the body."""
-    body = await response.get_json()
-    assert response.status_code == status, body
-    assert isinstance(body, dict) and set(body) >= ERROR_KEYS, body
-    assert body["statusCode"] == status
-    assert body["error"] == HTTPStatus(status).phrase
-    assert isinstance(body["message"], (str, list))
-    return body  # type: ignore[no-any-return]
 
 
 async def status_of(client: Any, token: str, path: str = "/api/auth/me") -> int:

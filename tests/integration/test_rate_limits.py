@@ -7,11 +7,10 @@ import dataclasses
 from typing import Any
 
 import pytest
+from auth_helpers import ERROR_KEYS, PASSWORD, bearer, origin
 
 from daemon.config import RateLimit
 
-PASSWORD = "correct horse 42"
-ERROR_KEYS = {"statusCode", "message", "error"}
 # Hour-long windows: a fixed window rolling over in the middle of a test would reset the count.
 PERIOD_S = 3600
 
@@ -25,14 +24,6 @@ def config(config):
         refresh=RateLimit(3, PERIOD_S),
         authenticated=RateLimit(5, PERIOD_S),
     ))
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
-
-def origin(ip: str) -> dict[str, Any]:
-    return {"scope_base": {"client": (ip, 40000)}}
 
 
 async def register(client: Any, email: str, *, ip: str, name: str = "Someone") -> Any:
