@@ -29,6 +29,11 @@ model costs by itself, and where the time goes whatever the noise:
 
   bare loop in a worker   the same bare loop, one worker call per document
                           (the pipeline's process model), and its ratio
+  bare loop + word boxes  the bare loop plus two pdfium calls per word (the
+                          box of its first and last character), as cheaply as
+                          the parser makes them: what any pipeline that gives
+                          values a box pays before reading a line; its ratio
+                          bounds the pipeline's
   CPU ms/page             of this process and of the worker processes
                           (utime + stime from /proc, Linux), per case; the
                           cpu_ratio is the bare loop's CPU ÷ the case's
@@ -137,6 +142,41 @@ def bare_loop(paths: list[Path]) -> int:
     return pages
 
 
+def boxes_loop(paths: list[Path]) -> int:
+    """The bare loop plus the least any pipeline with evidence must add: each
+    word's box, from pdfium's box of its first and last character, through the
+    parser's own cheapest ctypes call (no lines, no layout, no rules). Its ratio
+    to the bare loop is the ceiling of the pipeline's ratio in Python."""
+    import ctypes
+
+    import pypdfium2 as pdfium
+    import pypdfium2.raw as pdfium_c
+
+    from daemon.extraction.parsers.pdf import _LOOSE_CHAR_BOX, _POINTER, _page_text
+
+    rect = pdfium_c.FS_RECTF()
+    into = _POINTER(ctypes.addressof(rect))
+    pages = 0
+    for path in paths:
+        pdf = pdfium.PdfDocument(str(path))
+        for index in range(len(pdf)):
+            page = pdfium_c.FPDF_LoadPage(pdf.raw, index)
+            textpage = pdfium_c.FPDFText_LoadPage(page)
+            text = _page_text(textpage)
+            handle = _POINTER(ctypes.cast(textpage, _POINTER).value)
+            position = 0
+            for word in text.split():
+                start = text.find(word, position)
+                position = start + len(word)
+                _LOOSE_CHAR_BOX(handle, start, into)
+                _LOOSE_CHAR_BOX(handle, position - 1, into)
+            pdfium_c.FPDFText_ClosePage(textpage)
+            pdfium_c.FPDF_ClosePage(page)
+            pages += 1
+        pdf.close()
+    return pages
+
+
 def bare_document(path: str) -> int:
     """The bare loop over one file, for a worker process."""
     return bare_loop([Path(path)])
@@ -217,6 +257,7 @@ def throughput(paths: list[Path], rounds: int) -> dict[str, float]:
     cases: list[tuple[str, Any, tuple[Any, ...]]] = [
         ("bare", bare_loop, (paths,)),
         ("bare_worker", trio.run, (bare_in_workers, paths)),
+        ("boxes", boxes_loop, (paths,)),
         ("serial", trio.run, (pipeline_serial, paths, filetypes.PDF)),
         ("concurrent", trio.run, (pipeline_concurrent, paths, filetypes.PDF)),
         ("header_serial", trio.run, (pipeline_serial, paths, filetypes.PDF, HEADER_SCHEMA)),
@@ -344,6 +385,8 @@ def main() -> None:
               f"{cpu_note(figures, 'bare')}")
         print(f"  bare loop in a worker (per document)  {figures['bare_worker_pages_s']:8.1f} pages/s  "
               f"ratio {figures['bare_worker_ratio']:.2f}{cpu_note(figures, 'bare_worker')}")
+        print(f"  bare loop + word boxes (the ceiling)  {figures['boxes_pages_s']:8.1f} pages/s  "
+              f"ratio {figures['boxes_ratio']:.2f}{cpu_note(figures, 'boxes')}")
         for name, label in (("serial", "with line items, serial"), ("concurrent", "with line items, concurrent"),
                             ("header_serial", "header fields, serial"),
                             ("header_concurrent", "header fields, concurrent")):
