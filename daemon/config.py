@@ -180,10 +180,14 @@ class GoogleConfig:
         return bool(self.client_id and self.client_secret and self.redirect_url)
 
 
+OCR_ENGINES = ("tesseract", "rapidocr")
+
+
 @dataclass(frozen=True)
 class ExtractionConfig:
     provider: str = _setting("rules", doc="rules | openai | anthropic")
-    ocr_languages: str = _setting("eng")
+    ocr_engine: str = _setting("tesseract", doc="tesseract | rapidocr (pip install 'docex[rapidocr]')")
+    ocr_languages: str = _setting("eng", doc="tesseract's languages, e.g. eng+deu")
 
 
 @dataclass(frozen=True)
@@ -466,6 +470,8 @@ def _validate(c: Config) -> list[str]:
           "JWT_ACCESS_SECRET: must be at least 32 characters")
     check(c.extraction.provider in {"rules", "openai", "anthropic"},
           f"extraction.provider: must be rules, openai or anthropic (got {c.extraction.provider!r})")
+    check(c.extraction.ocr_engine in OCR_ENGINES,
+          f"extraction.ocr_engine: must be tesseract or rapidocr (got {c.extraction.ocr_engine!r})")
     if c.production:
         check(secret is not None, "JWT_ACCESS_SECRET: required when DOCEX_ENV=production")
         check(key is not None, "WEBHOOK_ENCRYPTION_KEY: required when DOCEX_ENV=production")

@@ -62,7 +62,8 @@ async def serve(
     notifier = notifier or Notifier()
     config.data_path.mkdir(parents=True, exist_ok=True)
     if role.runs_workers:
-        warn_if_ocr_missing()  # scanned documents would fail with OCR_FAILED: say so at start
+        # Scanned documents would fail with OCR_FAILED: say so at start.
+        warn_if_ocr_missing(config.extraction.ocr_engine)
     async with open_services(config, role) as services:
         if migrate:
             await trio.to_thread.run_sync(upgrade, services.db.engine)

@@ -55,8 +55,9 @@ def run(file: str, schema_file: str, provider: str | None, config: Config, out: 
         return EXIT_USAGE
     if provider:
         definition = {**definition, PROVIDER_KEYWORD: provider}
-    if not warn_if_ocr_missing():
-        print("docex: warning: tesseract is not installed; images and scanned pages cannot be read",
+    engine = config.extraction.ocr_engine
+    if not warn_if_ocr_missing(engine):
+        print(f"docex: warning: {engine} is not installed; images and scanned pages cannot be read",
               file=sys.stderr)
     mime_type = detect_type(path)
     if mime_type is None:

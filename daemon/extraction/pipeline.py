@@ -30,6 +30,7 @@ from daemon.config import Config
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 from daemon.extraction.parsers.base import ParseOptions
+from daemon.extraction.parsers.rapidocr import rapidocr_version
 from daemon.extraction.providers.base import PROVIDER_KEYWORD, PROVIDERS, Provider, ProviderOutput
 from daemon.extraction.worker import Failure, RulesOutcome, extract_with_rules, parse_document
 
@@ -55,7 +56,8 @@ def provider_name(definition: dict[str, Any], config: Config) -> str:
 
 
 def parse_options(config: Config) -> ParseOptions:
-    return ParseOptions(max_pages=config.jobs.max_pages, ocr_languages=config.extraction.ocr_languages)
+    return ParseOptions(max_pages=config.jobs.max_pages, ocr_engine=config.extraction.ocr_engine,
+                        ocr_languages=config.extraction.ocr_languages)
 
 
 def schema_of(definition: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +94,7 @@ async def extract(
     name = provider_name(definition, config)
     schema = schema_of(definition)
     options = parse_options(config)
-    warn_if_ocr_missing()
+    warn_if_ocr_missing(options.ocr_engine)
     if name == "rules":
         outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema)
         assert isinstance(outcome, RulesOutcome)
@@ -165,22 +167,27 @@ async def in_worker(fn: Callable[..., T | Failure], *args: Any) -> T:
 _ocr_checked = False
 
 
-def ocr_available() -> bool:
+_INSTALL = {"tesseract": "install the tesseract-ocr package", "rapidocr": "pip install 'docex[rapidocr]'"}
+
+
+def ocr_available(engine: str = "tesseract") -> bool:
+    if engine == "rapidocr":
+        return rapidocr_version() is not None
     return shutil.which("tesseract") is not None
 
 
-def warn_if_ocr_missing() -> bool:
-    """Log once per process when tesseract is missing; True when it is present.
+def warn_if_ocr_missing(engine: str = "tesseract") -> bool:
+    """Log once per process when the OCR engine is missing; True when it is present.
 
     The daemon calls this at startup; OCR jobs then fail with OCR_FAILED
     instead of crashing anything.
     """
     global _ocr_checked
-    present = ocr_available()
+    present = ocr_available(engine)
     if not present and not _ocr_checked:
         log.warning(
-            "tesseract is not installed: images and scanned PDF pages will fail with OCR_FAILED "
-            "(install the tesseract-ocr package)",
+            f"{engine} is not installed: images and scanned PDF pages will fail with OCR_FAILED "
+            f"({_INSTALL.get(engine, '')})",
             extra={"action": "extraction.ocr_missing"},
         )
     _ocr_checked = True

@@ -7,7 +7,7 @@ thread). Every library error on a file's bytes is translated here into a
 
 - ``CORRUPTED_FILE``: the bytes are not a readable file of the type;
 - ``TOO_MANY_PAGES``: more pages than ``jobs.max_pages``;
-- ``OCR_FAILED``: tesseract is missing, failed or timed out.
+- ``OCR_FAILED``: the OCR engine is missing, failed or (tesseract) timed out.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from daemon.extraction.document import Document
 @dataclass(frozen=True, slots=True)
 class ParseOptions:
     max_pages: int = 500
+    # "tesseract" or "rapidocr" (`extraction.ocr_engine`).
+    ocr_engine: str = "tesseract"
     ocr_languages: str = "eng"
     # Per page (or image): tesseract is killed after this long.
     ocr_timeout_s: float = 120.0

@@ -1,4 +1,5 @@
-"""OCR with tesseract (through pytesseract), for images and scanned PDF pages.
+"""OCR with tesseract (through pytesseract), for images and scanned PDF pages
+(or with RapidOCR when `ParseOptions.ocr_engine` says so: `parsers.rapidocr`).
 
 Runs in a worker process. Tesseract is an external binary: when it is
 missing the daemon still starts (`tesseract_version` lets the service warn
@@ -30,6 +31,7 @@ from PIL import Image, ImageOps
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document, Page, Word, group_lines
 from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
+from daemon.extraction.parsers.rapidocr import rapidocr_lines
 from daemon.extraction.parsers.scanned import ScannedDocument
 
 # Text smaller than this many pixels high is upscaled before OCR: tesseract
@@ -103,11 +105,12 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
         # Pillow's errors for unreadable, truncated or oversized images.
         raise corrupted("image", exc) from exc
     readings: list[Document] = []
-    for number in range(len(_REREAD_LINE_HEIGHTS)):
-        if all(others[number] is None for others in rereads):
+    for number in range(max((len(others) for others in rereads), default=0)):
+        made = [others[number] if number < len(others) else None for others in rereads]
+        if all(reread is None for reread in made):
             continue
         # A page without this re-read (no text found, no time left) keeps its first reading.
-        readings.append(Document(tuple(others[number] or page for page, others in zip(pages, rereads, strict=True))))
+        readings.append(Document(tuple(reread or page for page, reread in zip(pages, made, strict=True))))
     return ScannedDocument(tuple(pages), tuple(readings))
 
 
@@ -128,6 +131,8 @@ def ocr_readings(image: Image.Image, options: ParseOptions, *,
         PermanentJobError: OCR_FAILED when the first reading fails (a re-read
             that fails is only left out).
     """
+    if options.ocr_engine == "rapidocr":
+        return [rapidocr_lines(image)]  # one reading: its misreads are too few to vote on
     started = time.monotonic()
     gray = image.convert("L")
     first = _first_reading(gray, options, already_sharp=already_sharp)
@@ -158,6 +163,8 @@ def ocr_lines(image: Image.Image, options: ParseOptions, *, already_sharp: bool 
     Raises:
         PermanentJobError: OCR_FAILED when tesseract is missing, fails or times out.
     """
+    if options.ocr_engine == "rapidocr":
+        return rapidocr_lines(image)
     return _first_reading(image.convert("L"), options, already_sharp=already_sharp).lines
 
 
