@@ -97,6 +97,22 @@ def test_a_company_number_label_and_a_customer_address_field_are_not_the_issuer(
     assert result["address"] == "NO. 3, JALAN SETIA 1, 40170 SHAH ALAM"
 
 
+def test_a_name_printed_with_its_company_number_is_the_name() -> None:
+    result = read(scanned("PA", "88 KEDAI MURAH S/B (512345-X)", "LOT 7, JALAN ANGSA,", "41150 KLANG, SELANGOR",
+                          "GST ID. NO: 000181747712"))
+    assert result["company"] == "88 KEDAI MURAH S/B"
+    assert result["address"] == "LOT 7, JALAN ANGSA, 41150 KLANG, SELANGOR"
+    # Without a legal suffix before it, such a line is still the registration number.
+    assert read(scanned("KEDAI MURAH", "JM0512345-X", "LOT 7, JALAN ANGSA,"))["company"] == "KEDAI MURAH"
+
+
+def test_a_code_after_a_location_label_is_not_the_address() -> None:
+    result = read(scanned("INDAH GIFT & HOME DECO", "27,JALAN DEDAP 13,", "TAMAN JOHOR JAYA,",
+                          "81100 JOHOR BAHRU,JOHOR.", "Tel:07-3507405", "RECEIPT", "Cashier: CN",
+                          "Location/SP: 05 /0531"))
+    assert result["address"] == "27,JALAN DEDAP 13, TAMAN JOHOR JAYA, 81100 JOHOR BAHRU,JOHOR."
+
+
 def test_the_rounded_total_wins_when_the_rounding_explains_it() -> None:
     document = scanned("TOTAL              RM 33.92", "ROUNDING ADJUSTMENT  -RM 0.02",
                        "TOTAL ROUNDED      RH 33.90", "CASH               RM 50.00")

@@ -175,8 +175,11 @@ class Engine:
         first = _words(fold(cleaned))[:1]
         if kind == "party" and first and first[0] in spec.labels.negatives:
             quality = 0.3  # "Company *Reg No* 1234-K": a longer label, not a name
-        if kind == "address" and (not any(ch.isdigit() for ch in cleaned) or len(cleaned) < 8):
-            quality = 0.4  # a postal address has a number (street, postcode); "GST No." is another label
+        if kind == "address" and (not any(ch.isdigit() for ch in cleaned) or len(cleaned) < 8
+                                  or sum(ch.isalpha() for ch in cleaned) < 5):
+            # A postal address has a number (street, postcode) and words: "GST No." is
+            # another label, "Location/SP: 05 /0531" a code.
+            quality = 0.4
         return [Found(clean_text(cleaned), start, start + len(cleaned), quality)]
 
     # --- label candidates --------------------------------------------------------

@@ -59,6 +59,8 @@ _REGISTRATION_WORDS = re.compile(r"(?<![a-z])(?:co\.?\s*reg|company\s*reg|reg\.?
                                  r"company\s*no|business\s*reg|sst\s*(?:reg|no)|gst\s*(?:reg|no|id))")
 # A company number with its check letter, as printed under a shop's name: "(1174703-K)", "JM0517726-T".
 _COMPANY_NUMBER = re.compile(r"(?<![a-z0-9])[a-z]{0,3}\d{5,}-?\s?[a-z](?![a-z0-9])")
+# The same at the end of the name's line, with its brackets (either may be lost).
+_TRAILING_NUMBER = re.compile(r"\s*[(\[]?\s*[A-Za-z]{0,3}\d{5,}-?\s?[A-Za-z]\s*[)\]]?\s*$")
 _PHONE_NUMBER = re.compile(r"(?<!\d)\d{2,4}\s?-\s?\d{3,4}\s?\d{3,5}(?!\d)")
 # A tax or account number: nine digits or more in a row.
 _LONG_NUMBER = re.compile(r"\d{9,}")
@@ -107,8 +109,11 @@ def _is_noise(ref: LineRef) -> bool:
 
 def _is_registration(ref: LineRef) -> bool:
     folded = ref.folded.strip()
-    if (_REGISTRATION.match(folded) is not None or _REGISTRATION_WORDS.search(folded) is not None
-            or (len(folded) < 40 and _COMPANY_NUMBER.search(folded) is not None)):
+    if _REGISTRATION.match(folded) is not None or _REGISTRATION_WORDS.search(folded) is not None:
+        return True
+    number = _COMPANY_NUMBER.search(folded)
+    # "99 SPEED MART S/B (519537-X)": a name printed with its number is the name.
+    if len(folded) < 40 and number is not None and _LEGAL.search(folded[: number.start()]) is None:
         return True
     # A short run of digits with a letter or two misread in it: "(4M0517726)".
     digits = sum(ch.isdigit() for ch in folded)
@@ -268,9 +273,11 @@ def vendor_candidate(engine: Engine) -> Candidate | None:
     if not lines:
         return None
     text = _repair_suffix(_clean_name(" ".join(" ".join(ref.text.split()) for ref in lines)))
+    folded = " ".join(r.folded for r in lines)
+    if _LEGAL.search(folded):
+        text = _TRAILING_NUMBER.sub("", text)
     if not text:
         return None
-    folded = " ".join(r.folded for r in lines)
     score = 0.6 if _LEGAL.search(folded) else 0.5 if _TRADE.search(folded) else 0.4
     return Candidate(text, score, lines[0], 0, len(lines[0].text), lines[0].text, extra=lines[1:])
 
