@@ -40,6 +40,7 @@ from daemon.extraction.providers.rules.values import (
         ("25-Dec-18", dt.date(2018, 12, 25)),
         ("12 października 2021", dt.date(2021, 10, 12)),
         ("15 de enero de 2024", dt.date(2024, 1, 15)),
+        ("10-03-201823:03:06", dt.date(2018, 3, 10)),  # OCR lost the space before the time
     ],
 )
 def test_dates_in_numeric_and_written_forms(text: str, expected: dt.date) -> None:
@@ -56,6 +57,8 @@ def test_ambiguous_numeric_dates_follow_the_document_order() -> None:
 
 def test_not_dates() -> None:
     assert find_dates("Version 1.2.3, 99/99/2020, phone 12-34-5678") == []
+    # Digits after the year that are not a time: a longer number, not a date.
+    assert find_dates("1/2/20231 10-03-2018123:03") == []
 
 
 def test_time_of_day() -> None:
