@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 runtime failure, 2 invalid configuration or usage.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from typing import Any
 import trio
 
 from daemon import __version__
-from daemon.config import Config, describe, load_config, with_dev_secrets
+from daemon.config import OCR_ENGINES, Config, describe, load_config, with_dev_secrets
 from daemon.errors import ConfigError
 
 EXIT_CONFIG = 2
@@ -59,6 +60,8 @@ def _parser() -> argparse.ArgumentParser:
     extract.add_argument("--schema", required=True, metavar="SCHEMA_JSON", help="a JSON Schema definition file")
     extract.add_argument("--provider", choices=["rules", "openai", "anthropic"],
                          help="override the schema's x-docex-provider and extraction.provider")
+    extract.add_argument("--ocr-engine", choices=list(OCR_ENGINES),
+                         help="override extraction.ocr_engine for images and scanned pages")
     return parser
 
 
@@ -184,7 +187,11 @@ def _create_user(args: argparse.Namespace) -> None:
 def _extract(args: argparse.Namespace) -> None:
     from daemon.extraction.command import run
 
-    raise SystemExit(run(args.file, args.schema, args.provider, _load(args)))
+    config = _load(args)
+    if args.ocr_engine:
+        config = dataclasses.replace(config, extraction=dataclasses.replace(config.extraction,
+                                                                            ocr_engine=args.ocr_engine))
+    raise SystemExit(run(args.file, args.schema, args.provider, config))
 
 
 if __name__ == "__main__":

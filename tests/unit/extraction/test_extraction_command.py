@@ -73,6 +73,20 @@ def test_the_provider_flag_and_configuration_reach_the_pipeline(tmp_path: Path) 
     assert "sk-secret-cli" not in run.stdout + run.stderr
 
 
+def test_the_ocr_engine_flag_reaches_the_parser(make_doc: Callable[..., Path], tmp_path: Path) -> None:
+    image = make_doc("png")
+    # Without tesseract on PATH the configured engine cannot read the image...
+    no_tesseract = {"PATH": str(tmp_path), "DOCEX_EXTRACTION_OCR_ENGINE": "tesseract"}
+    run = docex(str(image), "--schema", schema_file(tmp_path), env=no_tesseract)
+    assert run.returncode == 1
+    assert json.loads(run.stdout)["errorCode"] == "OCR_FAILED"
+    # ...and the flag's engine, which wins over the configuration, can.
+    run = docex(str(image), "--schema", schema_file(tmp_path), "--ocr-engine", "rapidocr", env=no_tesseract)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["result"] == INVOICE
+    assert docex(str(image), "--schema", schema_file(tmp_path), "--ocr-engine", "easyocr").returncode == 2
+
+
 def test_usage_errors_exit_2(tmp_path: Path) -> None:
     assert docex(str(tmp_path / "missing.pdf"), "--schema", schema_file(tmp_path)).returncode == 2
     text = tmp_path / "a.txt"
