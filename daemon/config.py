@@ -172,6 +172,7 @@ class GoogleConfig:
     redirect_url: str = _setting("", doc="https://<host>/api/integrations/google-drive/callback")
     auth_url: str = _setting("https://accounts.google.com/o/oauth2/v2/auth")
     token_url: str = _setting("https://oauth2.googleapis.com/token")
+    revoke_url: str = _setting("https://oauth2.googleapis.com/revoke")
     api_base_url: str = _setting("https://www.googleapis.com/drive/v3")
     timeout_ms: int = _setting(60_000)
 
@@ -439,7 +440,8 @@ def _validate(c: Config) -> list[str]:
           "storage.s3_access_key_id and storage.s3_secret_access_key: set both or neither")
     for name, url in (("storage.s3_endpoint_url", c.storage.s3_endpoint_url),
                       ("google.redirect_url", c.google.redirect_url), ("google.auth_url", c.google.auth_url),
-                      ("google.token_url", c.google.token_url), ("google.api_base_url", c.google.api_base_url)):
+                      ("google.token_url", c.google.token_url), ("google.revoke_url", c.google.revoke_url),
+                      ("google.api_base_url", c.google.api_base_url)):
         check(not url or bool(re.fullmatch(r"https?://[^\s/]+(/\S*)?", url)),
               f"{name}: must be an http(s) URL (got {url!r})")
     check(c.google.timeout_ms >= 1, "google.timeout: must be positive")

@@ -75,6 +75,8 @@ class FakeGoogle:
         self.refresh_token_ttl_s = 3600
         self.fail_next: list[Reply] = []             # answers for the next Drive requests
         self.token_failures: list[Reply] = []        # answers for the next token requests
+        self.revoke_failures: list[Reply] = []       # answers for the next revocation requests
+        self.revoked: list[str] = []                 # tokens revoked through the endpoint
         self.grants: list[str] = []                  # grant_type of each token request
         self.drive_tokens: list[str] = []            # the access token of each Drive request
         self._ids = itertools.count(1)
@@ -133,6 +135,8 @@ class FakeGoogle:
         params = dict(urllib.parse.parse_qsl(query))
         if request.method == "POST" and path == "/token":
             return self._token(dict(urllib.parse.parse_qsl(request.body.decode())))
+        if request.method == "POST" and path == "/revoke":
+            return self._revoke(dict(urllib.parse.parse_qsl(request.body.decode())))
         if request.method == "GET" and path.startswith("/drive/v3/"):
             return self._drive(request, path.removeprefix("/drive/v3"), params)
         return _json(404, {"error": "not found"})
@@ -156,6 +160,17 @@ class FakeGoogle:
                 return _json(400, {"error": "invalid_grant", "error_description": "Token has been expired or revoked."})
             return _json(200, self._access(scope, self.refresh_token_ttl_s))
         return _json(400, {"error": "unsupported_grant_type"})
+
+    def _revoke(self, form: dict[str, str]) -> Reply:
+        """Google's revocation endpoint: either token of a grant ends the whole grant."""
+        if self.revoke_failures:
+            return self.revoke_failures.pop(0)
+        token = form.get("token", "")
+        if token not in self.refresh_tokens and token not in self.access_tokens:
+            return _json(400, {"error": "invalid_token", "error_description": "Token expired or revoked"})
+        self.revoked.append(token)
+        self.revoke_all()
+        return _json(200, {})
 
     def _access(self, scope: str, ttl_s: int) -> dict[str, Any]:
         token = "ya29." + secrets.token_urlsafe(16)

@@ -49,7 +49,7 @@ from daemon.integrations.oauth import (
 )
 from daemon.integrations.s3 import S3Source
 from daemon.integrations.sealing import seal_secrets
-from daemon.integrations.sources import google_client, open_source
+from daemon.integrations.sources import google_client, open_source, revoke_grant
 from daemon.storage.ids import new_id
 from daemon.storage.repos import integrations as repo
 from daemon.storage.repos.jobs import NewJob
@@ -296,9 +296,11 @@ async def get_integration(integration_id: str) -> dict[str, Any]:
 
 @blueprint.delete("/<integration_id>")
 async def delete_integration(integration_id: str) -> Response:
-    """Delete the integration and its credentials. Jobs still waiting for a file from it fail."""
-    await services().db.run(repo.delete_integration, current_principal().user_id, integration_id)
+    """Delete the integration and its credentials; a Google Drive grant is revoked at Google.
+    Jobs still waiting for a file from it fail."""
+    row = await services().db.run(repo.delete_integration, current_principal().user_id, integration_id)
     log.info("integration deleted", extra={"action": "integration.deleted", "integration_id": integration_id})
+    await revoke_grant(services(), row)
     return no_content()
 
 

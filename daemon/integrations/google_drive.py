@@ -135,6 +135,24 @@ class OAuthClient:
         body = await self._post({"grant_type": "refresh_token", "refresh_token": tokens.refresh_token})
         return tokens_from_response(body, utcnow(), previous=tokens)
 
+    async def revoke(self, token: str) -> bool:
+        """Revoke the grant `token` belongs to (Google's revocation endpoint, RFC 7009):
+        True when Google no longer honours it (revoked now, or already invalid).
+
+        Raises:
+            JobError: unreachable (transient) or refused otherwise (`oauth.token_error`).
+        """
+        try:
+            response = await self.http.post(self.config.revoke_url, data={"token": token})
+        except httpx.HTTPError as exc:
+            raise unreachable("the Google revocation endpoint", exc) from exc
+        if response.status_code == 200:
+            return True
+        body = _json_body(response.content)
+        if response.status_code == 400 and body.get("error") in ("invalid_token", "invalid_grant"):
+            return True
+        raise token_error(response.status_code, body, _retry_after(response))
+
     async def _post(self, form: dict[str, str]) -> dict[str, Any]:
         secret = self.config.client_secret.reveal() if self.config.client_secret else ""
         data = {**form, "client_id": self.config.client_id, "client_secret": secret}

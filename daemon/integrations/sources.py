@@ -103,3 +103,36 @@ async def _open(services: Services, row: Any) -> AsyncIterator[RemoteSource]:
     async with google_client(services) as http:
         keeper = TokenKeeper(OAuthClient(http, config.google), Tokens.from_json(secrets.get("tokens", {})), save)
         yield DriveSource(http, config.google.api_base_url, keeper)
+
+
+# How long deleting a Google Drive integration waits for Google to revoke its grant.
+REVOKE_WAIT_S = 10.0
+
+
+async def revoke_grant(services: Services, row: Any) -> None:
+    """Ask Google to revoke the grant of deleted integration `row`, so the refresh token
+    docex held stops working everywhere. Best effort and never raises: the integration is
+    already gone here; a grant Google could not be told about is logged (the user can
+    still remove docex at https://myaccount.google.com/permissions)."""
+    if row.provider != Provider.GOOGLE_DRIVE or not services.config.google.configured:
+        return
+    try:
+        tokens = Tokens.from_json(open_secrets(services.config, row.id, row.secrets_sealed).get("tokens", {}))
+    except SealError:
+        return  # nothing readable to revoke
+    token = tokens.refresh_token or tokens.access_token
+    if not token:
+        return  # never authorized
+    revoked = False
+    reason = "no answer"
+    with trio.move_on_after(REVOKE_WAIT_S):
+        try:
+            async with google_client(services) as http:
+                revoked = await OAuthClient(http, services.config.google).revoke(token)
+        except JobError as exc:
+            reason = exc.message
+    if revoked:
+        log.info("google grant revoked", extra={"action": "integration.grant_revoked", "integration_id": row.id})
+    else:
+        log.warning(f"could not revoke the Google grant of a deleted integration: {reason}",
+                    extra={"action": "integration.grant_not_revoked", "integration_id": row.id})

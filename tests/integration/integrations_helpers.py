@@ -53,6 +53,7 @@ def with_google(services: Services, base_url: str, *, client_id: str = "docex-cl
         redirect_url="https://docex.example.com/api/integrations/google-drive/callback",
         auth_url=f"{base_url}/o/oauth2/v2/auth",
         token_url=f"{base_url}/token",
+        revoke_url=f"{base_url}/revoke",
         api_base_url=f"{base_url}/drive/v3",
     ))
 

@@ -7,8 +7,10 @@ Google Docs and Sheets exported, throttling retried. Runs on SQLite and PostgreS
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
+import logging
 import urllib.parse
 from collections.abc import AsyncIterator
 from typing import Any
@@ -353,6 +355,46 @@ async def test_a_revoked_grant_fails_jobs_and_asks_for_reconnection(
     async with running_workers(services):
         done = await wait_for_status(client, alice, job["id"], *DONE)
     assert done["status"] == "COMPLETED", done
+
+
+async def test_deleting_the_integration_revokes_its_grant_at_google(
+        client: Any, services: Any, alice: dict[str, str], google: FakeGoogle,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    integration = await connect(client, alice, google)
+    (refresh_token,) = google.refresh_tokens
+    r = await client.delete(f"/api/integrations/{integration['id']}", headers=alice)
+    assert r.status_code == 204
+    # Google was told: the refresh token docex held no longer works anywhere.
+    assert google.revoked == [refresh_token]
+    assert google.refresh_tokens == {} and google.access_tokens == {}
+    assert refresh_token not in caplog.text
+    assert any(getattr(rec, "action", None) == "integration.grant_revoked" for rec in caplog.records)
+
+
+@pytest.mark.parametrize("google_answer", ["unreachable", "503", "already revoked"])
+async def test_deleting_works_whatever_google_answers_to_the_revocation(
+        client: Any, services: Any, alice: dict[str, str], google: FakeGoogle, google_answer: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    integration = await connect(client, alice, google)
+    (refresh_token,) = google.refresh_tokens
+    if google_answer == "unreachable":
+        services.config = dataclasses.replace(services.config, google=dataclasses.replace(
+            services.config.google, revoke_url="http://127.0.0.1:9/revoke"))  # nothing listens on port 9
+    elif google_answer == "503":
+        google.revoke_failures.append(google_error(503, "backendError"))
+    else:
+        google.revoke_all()  # the user removed docex at Google first
+    r = await client.delete(f"/api/integrations/{integration['id']}", headers=alice)
+    assert r.status_code == 204
+    await error_of(await client.get(f"/api/integrations/{integration['id']}", headers=alice), 404)
+    actions = [getattr(rec, "action", None) for rec in caplog.records]
+    if google_answer == "already revoked":
+        assert "integration.grant_revoked" in actions
+    else:
+        assert "integration.grant_not_revoked" in actions and "integration.grant_revoked" not in actions
+    assert refresh_token not in caplog.text
 
 
 async def test_a_grant_without_the_drive_scope_is_permission_denied(

@@ -79,11 +79,12 @@ def list_integrations(conn: Connection, user_id: str, limit: int, cursor: str | 
     return list(conn.execute(query))
 
 
-def delete_integration(conn: Connection, user_id: str, integration_id: str) -> None:
-    """Delete it and its sealed secrets. Jobs still waiting for a file from it fail when
-    a worker tries to fetch (INTEGRATION_ACCESS_DENIED)."""
-    owned_integration(conn, user_id, integration_id)
+def delete_integration(conn: Connection, user_id: str, integration_id: str) -> Row[Any]:
+    """Delete it and its sealed secrets; the deleted row (to revoke its grant). Jobs still
+    waiting for a file from it fail when a worker tries to fetch (INTEGRATION_ACCESS_DENIED)."""
+    row = owned_integration(conn, user_id, integration_id)
     conn.execute(integrations.delete().where(integrations.c.id == integration_id))
+    return row
 
 
 def set_status(conn: Connection, integration_id: str, status: str, now: dt.datetime) -> None:
