@@ -163,3 +163,10 @@ def test_hot_reload_keeps_cold_settings_and_names_them() -> None:
     assert merged.port == 8080  # cold: stays until restart
     assert merged.log.level == "debug" and merged.jobs.workers == 8  # hot: applied
     assert isinstance(merged, Config)
+
+
+def test_the_example_file_loads_and_shows_the_defaults() -> None:
+    # config.toml.example is what operators copy: every key in it must be valid, and
+    # the values it shows must be the ones docex uses when the key is left out.
+    example = Path(__file__).resolve().parents[2] / "config.toml.example"
+    assert load_config(example, environ={}) == load_config(environ={})
