@@ -2,19 +2,22 @@
 the Drive v3 endpoints docex uses, over real HTTP (trio + h11, `webhook_receiver`).
 
     async with open_fake_google() as google:
-        code = google.issue_code()                 # the user consented in the browser
+        code, state = google.consent(authorization_url)   # the user consented in the browser
         ... GET /api/integrations/google-drive/callback?code=<code>&state=<state> ...
         google.add_file("Invoices/2024/a.txt", b"...")
 
 What it checks like Google does: the client id and secret, single-use codes bound to
-the redirect URI, refresh tokens (revocable), access tokens (expiring, revocable) and
-their scope (no drive scope → 403 insufficientPermissions). `fail_next` queues error
-answers for the next Drive calls (throttling, 5xx). Every request is recorded.
+the redirect URI and to their request's PKCE challenge, refresh tokens (revocable),
+access tokens (expiring, revocable) and their scope (no drive scope → 403
+insufficientPermissions). `fail_next` queues error answers for the next Drive calls
+(throttling, 5xx). Every request is recorded.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
 import itertools
 import json
 import re
@@ -66,6 +69,7 @@ class FakeGoogle:
     def __init__(self) -> None:
         self.receiver: Receiver | None = None
         self.codes: dict[str, str] = {}              # code → scope granted
+        self.challenges: dict[str, str] = {}         # code → the PKCE challenge it is bound to
         self.refresh_tokens: dict[str, str] = {}     # refresh token → scope (absent: revoked)
         self.access_tokens: dict[str, tuple[float, str]] = {}  # token → (expires at, scope)
         self.files: dict[str, DriveFile] = {}
@@ -98,6 +102,16 @@ class FakeGoogle:
         code = "4/" + secrets.token_urlsafe(16)
         self.codes[code] = scope
         return code
+
+    def consent(self, authorization_url: str, scope: str = DRIVE_SCOPE) -> tuple[str, str]:
+        """The user consented on the page `authorization_url` opened: the code and state the
+        browser brings back to the callback. The code is bound to the request's PKCE
+        challenge: only that request's verifier exchanges it."""
+        query = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(authorization_url).query))
+        code = self.issue_code(scope)
+        if query.get("code_challenge_method") == "S256":
+            self.challenges[code] = query["code_challenge"]
+        return code, query["state"]
 
     def revoke_all(self) -> None:
         """The user removed docex's access: every token stops working."""
@@ -151,6 +165,11 @@ class FakeGoogle:
             scope = self.codes.pop(form.get("code", ""), None)  # single use
             if scope is None or form.get("redirect_uri") != REDIRECT_URL:
                 return _json(400, {"error": "invalid_grant", "error_description": "Bad Request"})
+            challenge = self.challenges.pop(form.get("code", ""), None)
+            verifier = form.get("code_verifier", "")
+            if challenge is not None and base64.urlsafe_b64encode(
+                    hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=") != challenge:
+                return _json(400, {"error": "invalid_grant", "error_description": "Invalid code verifier."})
             refresh = "1//" + secrets.token_urlsafe(16)
             self.refresh_tokens[refresh] = scope
             return _json(200, {**self._access(scope, self.code_token_ttl_s), "refresh_token": refresh})

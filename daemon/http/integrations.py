@@ -43,6 +43,8 @@ from daemon.integrations.oauth import (
     authorization_url,
     missing_scopes,
     new_nonce,
+    pkce_challenge,
+    pkce_verifier,
     sign_state,
     state_key,
     verify_state,
@@ -139,10 +141,12 @@ def _authorization_url(integration_id: str, nonce: str) -> str:
     config = services().config
     secret = config.auth.jwt_access_secret
     assert secret is not None  # filled in at start (with_dev_secrets) or required in production
-    state = sign_state(state_key(secret.reveal()), user_id=current_principal().user_id,
-                       integration_id=integration_id, nonce=nonce, now=utcnow())
+    key = state_key(secret.reveal())
+    state = sign_state(key, user_id=current_principal().user_id, integration_id=integration_id, nonce=nonce,
+                       now=utcnow())
     return authorization_url(config.google.auth_url, client_id=config.google.client_id,
-                             redirect_url=config.google.redirect_url, scopes=SCOPES, state=state)
+                             redirect_url=config.google.redirect_url, scopes=SCOPES, state=state,
+                             code_challenge=pkce_challenge(pkce_verifier(key, nonce)))
 
 
 def _require_google() -> None:
@@ -227,8 +231,9 @@ async def google_drive_callback() -> Response:
     config = services().config
     secret = config.auth.jwt_access_secret
     assert secret is not None
+    key = state_key(secret.reveal())
     try:
-        claim = verify_state(state_key(secret.reveal()), state, utcnow())
+        claim = verify_state(key, state, utcnow())
     except InvalidState as exc:
         return _page(400, "Google Drive was not connected",
                      f"This authorization link is not valid ({exc.reason}). Start again from docex.")
@@ -240,7 +245,7 @@ async def google_drive_callback() -> Response:
         return _page(400, "Google Drive was not connected", "Google Drive is not configured on this server.")
     async with google_client(services()) as http:
         try:
-            tokens = await OAuthClient(http, config.google).exchange_code(code)
+            tokens = await OAuthClient(http, config.google).exchange_code(code, pkce_verifier(key, claim.nonce))
         except JobError as exc:
             log.warning("oauth code exchange failed", extra={"action": "integration.authorization_failed",
                                                              "integration_id": row.id, "error_code": exc.code})

@@ -113,14 +113,15 @@ class OAuthClient:
         self.http = http
         self.config = config
 
-    async def exchange_code(self, code: str, now: Any = None) -> Tokens:
-        """The grant for an authorization code (RFC 6749 §4.1.3).
+    async def exchange_code(self, code: str, code_verifier: str, now: Any = None) -> Tokens:
+        """The grant for an authorization code (RFC 6749 §4.1.3) with the PKCE verifier
+        of the authorization it came from (RFC 7636 §4.5).
 
         Raises:
             JobError: refused (`oauth.token_error`) or unreachable (transient).
         """
         body = await self._post({"grant_type": "authorization_code", "code": code,
-                                 "redirect_uri": self.config.redirect_url})
+                                 "redirect_uri": self.config.redirect_url, "code_verifier": code_verifier})
         return tokens_from_response(body, now or utcnow())
 
     async def refresh(self, tokens: Tokens) -> Tokens:

@@ -60,6 +60,19 @@ def new_nonce() -> str:
     return secrets.token_urlsafe(24)
 
 
+def pkce_verifier(key: bytes, nonce: str) -> str:
+    """The PKCE code verifier of one authorization (RFC 7636 §4.1): derived from its nonce
+    under the state key, so nothing more is stored and only this server can make it. A
+    code intercepted on its way back (a hostile browser extension, a leaked log) is
+    worthless without it."""
+    return _b64(hmac.new(key, b"docex oauth pkce v1:" + nonce.encode("utf-8"), hashlib.sha256).digest())
+
+
+def pkce_challenge(verifier: str) -> str:
+    """The S256 code challenge of `verifier` (RFC 7636 §4.2)."""
+    return _b64(hashlib.sha256(verifier.encode("ascii")).digest())
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
 
@@ -102,9 +115,11 @@ def verify_state(key: bytes, state: str, now: dt.datetime) -> OAuthState:
     return OAuthState(payload["u"], payload["i"], payload["n"], expires_at)
 
 
-def authorization_url(auth_url: str, *, client_id: str, redirect_url: str, scopes: list[str], state: str) -> str:
+def authorization_url(auth_url: str, *, client_id: str, redirect_url: str, scopes: list[str], state: str,
+                      code_challenge: str) -> str:
     """Where to send the user's browser. `access_type=offline` and `prompt=consent` make
-    Google issue a refresh token every time, also when the user had consented before."""
+    Google issue a refresh token every time, also when the user had consented before;
+    the code is bound to `code_challenge` (PKCE, S256)."""
     query = urllib.parse.urlencode({
         "response_type": "code",
         "client_id": client_id,
@@ -114,6 +129,8 @@ def authorization_url(auth_url: str, *, client_id: str, redirect_url: str, scope
         "access_type": "offline",
         "prompt": "consent",
         "include_granted_scopes": "true",
+        "code_challenge": code_challenge,
+        "code_challenge_method": "S256",
     })
     return f"{auth_url}{'&' if '?' in auth_url else '?'}{query}"
 

@@ -79,7 +79,8 @@ async def connect(client: Any, auth: dict[str, str], google: FakeGoogle, scope: 
     r = await client.post("/api/integrations", json={"provider": "google-drive", "name": "Drive"}, headers=auth)
     created = await r.get_json()
     assert r.status_code == 201, created
-    status, page = await _callback(client, code=google.issue_code(scope), state=_state_of(created["authorizationUrl"]))
+    code, state = google.consent(created["authorizationUrl"], scope)
+    status, page = await _callback(client, code=code, state=state)
     assert status == 200, page
     r = await client.get(f"/api/integrations/{created['id']}", headers=auth)
     return await r.get_json()  # type: ignore[no-any-return]
@@ -117,6 +118,7 @@ async def test_the_consent_flow_connects_and_stores_the_tokens_sealed(
     # The token request carried the operator's client and the configured redirect URI.
     token_request = urllib.parse.parse_qs(google.requests[0].body.decode())
     assert token_request["redirect_uri"] == ["https://docex.example.com/api/integrations/google-drive/callback"]
+    assert len(token_request["code_verifier"][0]) >= 43  # PKCE: the fake checked it against the URL's challenge
 
     # The tokens are in the database only sealed, and in no answer.
     tokens = [*google.access_tokens, *google.refresh_tokens]
@@ -156,8 +158,18 @@ async def test_the_callback_refuses_what_it_cannot_trust(client: Any, services: 
     assert (await (await client.get(f"/api/integrations/{created['id']}", headers=alice)).get_json())[
         "status"] == "pending_authorization"
 
+    # A code from another authorization request (intercepted, or injected into this
+    # browser) is refused: its PKCE challenge is not this request's.
+    other = await (await client.post("/api/integrations", json={"provider": "google-drive", "name": "Other"},
+                                     headers=alice)).get_json()
+    stolen, _ = google.consent(other["authorizationUrl"])
+    status, page = await _callback(client, code=stolen, state=state)
+    assert status == 400 and "did not accept" in page
+    assert google.requests[-1].path == "/token"  # Google, not docex, refused it: the verifier did not match
+
     # The right one works once; the same link again is refused, and no secret shows in a page.
-    status, page = await _callback(client, code=google.issue_code(), state=state)
+    code, _ = google.consent(created["authorizationUrl"])
+    status, page = await _callback(client, code=code, state=state)
     assert status == 200 and "Google Drive is connected" in page and "alice@gmail.example" in page
     status, page = await _callback(client, code=google.issue_code(), state=state)
     assert status == 400 and "already used" in page
@@ -347,7 +359,8 @@ async def test_a_revoked_grant_fails_jobs_and_asks_for_reconnection(
     assert r.status_code == 200 and body["status"] == "needs_reconnection"
     status, page = await _callback(client, code=google.issue_code(), state=old_state)
     assert status == 400 and "replaced by a newer one" in page
-    status, _ = await _callback(client, code=google.issue_code(), state=_state_of(body["authorizationUrl"]))
+    code, state = google.consent(body["authorizationUrl"])
+    status, _ = await _callback(client, code=code, state=state)
     assert status == 200
     assert (await (await client.get(f"/api/integrations/{iid}", headers=alice)).get_json())["status"] == "connected"
     r = await client.post(f"/api/jobs/{job['id']}/restart", headers=alice)
@@ -401,8 +414,8 @@ async def test_a_grant_without_the_drive_scope_is_permission_denied(
         client: Any, services: Any, alice: dict[str, str], schema_id: str, google: FakeGoogle) -> None:
     r = await client.post("/api/integrations", json={"provider": "google-drive", "name": "Drive"}, headers=alice)
     created = await r.get_json()
-    status, page = await _callback(client, code=google.issue_code("openid email"),
-                                   state=_state_of(created["authorizationUrl"]))
+    code, state = google.consent(created["authorizationUrl"], "openid email")
+    status, page = await _callback(client, code=code, state=state)
     assert status == 200 and "INTEGRATION_PERMISSION_DENIED" in page  # connected, and told what will happen
     test = await error_of(await client.post(f"/api/integrations/{created['id']}/test", headers=alice), 400)
     assert test["details"]["errorCode"] == "INTEGRATION_PERMISSION_DENIED"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import re
 import urllib.parse
 
 import pytest
@@ -19,6 +20,8 @@ from daemon.integrations.oauth import (
     authorization_url,
     missing_scopes,
     needs_refresh,
+    pkce_challenge,
+    pkce_verifier,
     sign_state,
     state_key,
     token_error,
@@ -84,14 +87,26 @@ def test_forged_or_altered_states_are_refused() -> None:
 
 def test_the_authorization_url_asks_for_an_offline_grant() -> None:
     url = authorization_url("https://accounts.example/o/auth", client_id="cid", redirect_url="https://d/cb",
-                            scopes=["s1", "s2"], state="st")
+                            scopes=["s1", "s2"], state="st", code_challenge="ch")
     parts = urllib.parse.urlsplit(url)
     assert parts.netloc == "accounts.example" and parts.path == "/o/auth"
     assert dict(urllib.parse.parse_qsl(parts.query)) == {
         "response_type": "code", "client_id": "cid", "redirect_uri": "https://d/cb", "scope": "s1 s2",
-        "state": "st", "access_type": "offline", "prompt": "consent", "include_granted_scopes": "true"}
+        "state": "st", "access_type": "offline", "prompt": "consent", "include_granted_scopes": "true",
+        "code_challenge": "ch", "code_challenge_method": "S256"}
     assert "?x=1&response_type" in authorization_url("https://a/auth?x=1", client_id="c", redirect_url="r",
-                                                     scopes=[], state="s")
+                                                     scopes=[], state="s", code_challenge="ch")
+
+
+def test_pkce_follows_rfc_7636() -> None:
+    # RFC 7636 appendix B: this verifier's S256 challenge.
+    challenge = pkce_challenge("dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk")
+    assert challenge == "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM"
+    verifier = pkce_verifier(KEY, "nonce-1")
+    # 43 to 128 unreserved characters; one per authorization; only this key makes it.
+    assert 43 <= len(verifier) <= 128 and re.fullmatch(r"[A-Za-z0-9\-._~]+", verifier)
+    assert verifier == pkce_verifier(KEY, "nonce-1") != pkce_verifier(KEY, "nonce-2")
+    assert verifier != pkce_verifier(b"another key" * 3, "nonce-1")
 
 
 def test_token_answers() -> None:
