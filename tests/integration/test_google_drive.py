@@ -385,6 +385,14 @@ async def test_deleting_the_integration_revokes_its_grant_at_google(
     assert any(getattr(rec, "action", None) == "integration.grant_revoked" for rec in caplog.records)
 
 
+async def test_deleting_an_integration_never_authorized_asks_google_nothing(
+        client: Any, alice: dict[str, str], google: FakeGoogle) -> None:
+    r = await client.post("/api/integrations", json={"provider": "google-drive", "name": "Drive"}, headers=alice)
+    created = await r.get_json()
+    assert (await client.delete(f"/api/integrations/{created['id']}", headers=alice)).status_code == 204
+    assert google.requests == []
+
+
 @pytest.mark.parametrize("google_answer", ["unreachable", "503", "already revoked"])
 async def test_deleting_works_whatever_google_answers_to_the_revocation(
         client: Any, services: Any, alice: dict[str, str], google: FakeGoogle, google_answer: str,
