@@ -90,6 +90,14 @@ def test_the_address_skips_the_date_and_the_registration_number_under_the_name()
     assert result["address"] == "12, Jalan Tampoi 7/4,Kawasan Perindustrian Tampoi,81200 Johor Bahru,Johor"
 
 
+def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
+    lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
+    assert read(scanned(*lines))["date"] == "2018-03-11"
+    # A label that names the date itself still refuses it.
+    result = read(scanned("KEDAI MURAH SDN BHD", "Due in 30 days 11/04/2018", "Date: 11/03/2018"))
+    assert result["date"] == "2018-03-11"
+
+
 def test_a_company_number_label_and_a_customer_address_field_are_not_the_issuer() -> None:
     result = read(scanned("SETIA HOME HARDWARE SDN BHD", "NO. 3, JALAN SETIA 1,", "40170 SHAH ALAM",
                           "Company Reg No. 1234567-X", "Address", "GST No."))

@@ -380,11 +380,16 @@ class Engine:
         return out
 
     def _date_context_ok(self, spec: FieldSpec, ref: LineRef, offset: int) -> bool:
-        # A date whose own cell says "due" or "delivery" is not the document's date.
+        # A date whose own cell says "due" or "delivery" is not the document's date, unless
+        # a reference number stands between: in "Order No. 1000219 11/03/2018" "order"
+        # names the number ("due in 30 days 11/03/2018" is still due).
         cell = ref.cell_at(offset)
         cell_start, _ = ref.cell_span(cell)
-        before = _words(ref.folded[cell_start:offset])[-4:]
-        return not any(w in spec.labels.negatives for w in before)
+        text = ref.folded[cell_start:offset]
+        references = list(_REFERENCE.finditer(text))
+        if references:
+            text = text[references[-1].end() :]
+        return not any(w in spec.labels.negatives for w in _words(text)[-4:])
 
     def _candidate(self, spec: FieldSpec, ref: LineRef, start: int, end: int, value: Found,
                    score: float) -> Candidate:
@@ -746,6 +751,8 @@ _CURRENCY_TOKEN = re.compile(
     r"(?<![A-Za-z])(" + "|".join(sorted(_CODES, key=len, reverse=True)) + r")(?![A-Za-z])|[$€£¥₹]|"
     r"(?<![A-Za-z])(?:Rs\.?|RM|zł|US\$|A\$|C\$|HK\$|S\$)(?=\s?-?\d)"
 )
+# A reference number (four digits or more) between a label and a date.
+_REFERENCE = re.compile(r"\d{4,}")
 _PHONE = re.compile(r"(?<![\w])\+?\(?\d[\d ()./\-]{6,}\d(?![\w])")
 _PHONE_LINE = re.compile(r"(?<![a-z])(?:tel|phone|fax|hp|mobile|telefon)\b")
 
