@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import PermanentJobError
@@ -74,6 +75,12 @@ def _load() -> Any:
     return _engine
 
 
+def plain_text(text: str) -> str:
+    """A run's text with the full-width forms the recogniser also knows (it reads Chinese
+    too: "（M）", "：") written as their ASCII letters and signs (NFKC), trimmed."""
+    return unicodedata.normalize("NFKC", text).strip()
+
+
 def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
     """The image's text runs, one `Word` each (in its own one-word list, so
     that line grouping puts runs side by side only where they do not overlap),
@@ -90,8 +97,8 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
     if output.txts is None or output.boxes is None or output.scores is None:
         return []  # no text found
     lines: list[list[Word]] = []
-    for text, quad, score in zip(output.txts, output.boxes, output.scores, strict=True):
-        text = str(text).strip()
+    for raw, quad, score in zip(output.txts, output.boxes, output.scores, strict=True):
+        text = plain_text(str(raw))
         if not text:
             continue
         xs = [float(point[0]) for point in quad]

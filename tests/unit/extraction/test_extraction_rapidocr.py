@@ -52,6 +52,12 @@ def test_a_scanned_pdf_page_keeps_pdf_points(make_doc: Callable[..., Path], tmp_
     assert all(w.x1 <= page.width + 1 for line in page.lines for w in line.words)
 
 
+def test_full_width_forms_are_read_as_ascii() -> None:
+    assert engine_module.plain_text(" S.H.H.MOTOR（SUNGAI RENGIT）SDN.BHD. ") == "S.H.H.MOTOR(SUNGAI RENGIT)SDN.BHD."
+    assert engine_module.plain_text("Code：300-C0001 ＲＭ１２．５０") == "Code:300-C0001 RM12.50"
+    assert engine_module.plain_text("Café Straße") == "Café Straße"  # letters of other scripts stay
+
+
 def test_a_blank_image_has_no_text(tmp_path: Path) -> None:
     path = tmp_path / "blank.png"
     Image.new("L", (600, 400), 255).save(path)
