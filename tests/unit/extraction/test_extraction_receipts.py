@@ -79,6 +79,10 @@ def test_a_name_over_two_lines_and_a_brand_above_the_legal_name() -> None:
 
 def test_a_misread_legal_suffix_is_mended() -> None:
     assert read(scanned("MAJU MAKMUR SON BHD", "NO. 1, JALAN SATU"))["company"] == "MAJU MAKMUR SDN BHD"
+    # The spaces OCR lost around a name's brackets (not inside "S/B" or a number).
+    assert read(scanned("MAJU HARDWARE(KLANG)SDN BHD", "NO. 1, JALAN SATU"))["company"] == \
+        "MAJU HARDWARE (KLANG) SDN BHD"
+    assert read(scanned("MR. D.I.Y.(M) SDN BHD", "NO. 1, JALAN SATU"))["company"] == "MR. D.I.Y. (M) SDN BHD"
     assert read(scanned("Maju Makmur Sdn Bed", "No. 1, Jalan Satu"))["company"] == "Maju Makmur Sdn Bhd"
 
 

@@ -262,6 +262,16 @@ def _repair_suffix(text: str) -> str:
     return " ".join(words)
 
 
+def _spaced_brackets(text: str) -> str:
+    """A name's brackets with the spaces OCR lost around them: "ENTERPRISE(SETIA ALAM)SDN BHD"
+    -> "ENTERPRISE (SETIA ALAM) SDN BHD" (a name sets its bracketed part off by spaces)."""
+    return _CLOSE_GLUED.sub(") ", _OPEN_GLUED.sub(" (", text))
+
+
+_OPEN_GLUED = re.compile(r"(?<=[A-Za-z.])\((?=[A-Za-z])")
+_CLOSE_GLUED = re.compile(r"(?<=[A-Za-z])\)(?=[A-Za-z])")
+
+
 def _near(word: str, target: str) -> bool:
     return sum(a != b for a, b in zip(word, target, strict=True)) <= 1
 
@@ -272,7 +282,7 @@ def vendor_candidate(engine: Engine) -> Candidate | None:
     lines = issuer_lines(engine)
     if not lines:
         return None
-    text = _repair_suffix(_clean_name(" ".join(" ".join(ref.text.split()) for ref in lines)))
+    text = _spaced_brackets(_repair_suffix(_clean_name(" ".join(" ".join(ref.text.split()) for ref in lines))))
     folded = " ".join(r.folded for r in lines)
     if _LEGAL.search(folded):
         text = _TRAILING_NUMBER.sub("", text)
