@@ -6,7 +6,7 @@ Why a second engine: on low-resolution receipt scans tesseract's small
 English model misreads about one character in ten of a shop's name and
 address; these models misread about a third as many (on the 60 sample
 receipts the rules provider's mean field accuracy goes from 0.58 to 0.72, the
-company's from 0.63 to 0.85, the total's from 0.83 to 0.95). They cost ~220 MB
+company's from 0.63 to 0.87, the total's from 0.83 to 0.95). They cost ~220 MB
 installed, ~3.5 s a receipt on one core and a peak of 0.5 to 1.4 GB per worker
 process (its detector's activations grow with the image, resized to at most
 2000 px a side; 1280 px halves that peak but loses 0.02 of accuracy), so
