@@ -23,10 +23,8 @@ from jobs_helpers import (
     INVOICE_RESULT,
     INVOICE_TXT,
     bad_request,
-    create_schema,
     error_of,
     event_types,
-    register,
     running_workers,
     wait_for_run,
     wait_for_status,
@@ -51,16 +49,6 @@ async def google(services: Any) -> AsyncIterator[FakeGoogle]:
         with_google(services, fake.url)
         with_retry_backoff(services, 10)
         yield fake
-
-
-@pytest.fixture
-async def alice(client: Any) -> dict[str, str]:
-    return await register(client)
-
-
-@pytest.fixture
-async def schema_id(client: Any, alice: dict[str, str]) -> str:
-    return await create_schema(client, alice)
 
 
 def _state_of(authorization_url: str) -> str:

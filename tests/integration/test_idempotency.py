@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import trio
 from jobs_helpers import (
     GARBAGE,
@@ -28,16 +27,6 @@ from jobs_helpers import (
 from daemon.storage.tables import idempotency_keys
 
 OTHER_TXT = b"Invoice Number: INV-43\nTotal: 99.00\n"
-
-
-@pytest.fixture
-async def alice(client: Any) -> dict[str, str]:
-    return await register(client)
-
-
-@pytest.fixture
-async def schema_id(client: Any, alice: dict[str, str]) -> str:
-    return await create_schema(client, alice)
 
 
 def key(value: str = "order-42-upload") -> dict[str, str]:

@@ -19,11 +19,6 @@ INTEGRATION_KEYS = {"id", "provider", "name", "status", "config", "createdAt", "
 
 
 @pytest.fixture
-async def alice(client: Any) -> dict[str, str]:
-    return await register(client)
-
-
-@pytest.fixture
 async def bob(client: Any) -> dict[str, str]:
     return await register(client, "bob@example.com")
 

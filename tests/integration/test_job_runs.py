@@ -8,7 +8,6 @@ import hashlib
 import itertools
 from typing import Any
 
-import pytest
 from jobs_helpers import (
     COUNT_KEYS,
     GARBAGE,
@@ -38,16 +37,6 @@ from daemon.clock import utcnow
 from daemon.storage.repos import jobs as repo
 
 FILES = [(f"invoice-{i}.txt", f"Invoice Number: INV-{i}\nTotal: 1{i}.50\n".encode()) for i in range(3)]
-
-
-@pytest.fixture
-async def alice(client: Any) -> dict[str, str]:
-    return await register(client)
-
-
-@pytest.fixture
-async def schema_id(client: Any, alice: dict[str, str]) -> str:
-    return await create_schema(client, alice)
 
 
 async def create_run(client: Any, auth: dict[str, str], schema_id: str,

@@ -57,16 +57,6 @@ from daemon.storage.tables import jobs as jobs_table
 ISO_Z = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-@pytest.fixture
-async def alice(client: Any) -> dict[str, str]:
-    return await register(client)
-
-
-@pytest.fixture
-async def schema_id(client: Any, alice: dict[str, str]) -> str:
-    return await create_schema(client, alice)
-
-
 async def claim(services: Any, owner: str = "test-worker", lease_s: int = 60,
                 now: dt.datetime | None = None) -> Any:
     return await services.db.run(repo.claim_next, owner=owner, now=now or utcnow(), lease_s=lease_s)

@@ -21,12 +21,10 @@ from jobs_helpers import (
     INVOICE_TXT,
     bad_request,
     blob_files,
-    create_schema,
     docx_bytes,
     error_of,
     event_types,
     job_row,
-    register,
     running_workers,
     wait_for_run,
     wait_for_status,
@@ -38,16 +36,6 @@ from daemon.clock import utcnow
 from daemon.storage.repos import jobs as repo
 
 DONE = ("COMPLETED", "FAILED", "CANCELLED")
-
-
-@pytest.fixture
-async def alice(client: Any) -> dict[str, str]:
-    return await register(client)
-
-
-@pytest.fixture
-async def schema_id(client: Any, alice: dict[str, str]) -> str:
-    return await create_schema(client, alice)
 
 
 @pytest.fixture(autouse=True)
