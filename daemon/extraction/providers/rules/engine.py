@@ -570,13 +570,8 @@ class Engine:
                 evidence: dict[str, Any]) -> None:
         from daemon.extraction.providers.rules.tables import read_table
 
-        for name, sub in (schema.get("properties") or {}).items():
-            if not isinstance(sub, dict):
-                continue
+        for name, sub, kind in _properties(schema):
             path = f"{pointer}/{_escape(name)}"
-            kind = sub.get("type")
-            if isinstance(kind, list):
-                kind = next((k for k in kind if k != "null"), None)
             if kind == "object":
                 nested: dict[str, Any] = {}
                 self._object(sub, f"{prefix}{name}_", path, nested, evidence)
@@ -700,13 +695,8 @@ def _agree(schema: dict[str, Any], pointer: str, results: list[dict[str, Any]], 
     """Each scalar field's value in most readings (the surest of those readings'
     values on a tie; the first reading's on a tie of sureness too); arrays as the
     first reading has them."""
-    for name, sub in (schema.get("properties") or {}).items():
-        if not isinstance(sub, dict):
-            continue
+    for name, sub, kind in _properties(schema):
         path = f"{pointer}/{_escape(name)}"
-        kind = sub.get("type")
-        if isinstance(kind, list):
-            kind = next((k for k in kind if k != "null"), None)
         if kind == "object":
             nested: dict[str, Any] = {}
             parts: list[dict[str, Any]] = []
@@ -734,6 +724,16 @@ def _agree(schema: dict[str, Any], pointer: str, results: list[dict[str, Any]], 
         result[name] = results[index][name]
         if path in evidences[index]:
             evidence[path] = evidences[index][path]
+
+
+def _properties(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any], Any]]:
+    """An object schema's properties with their type (a nullable type's other one)."""
+    for name, sub in (schema.get("properties") or {}).items():
+        if isinstance(sub, dict):
+            kind = sub.get("type")
+            if isinstance(kind, list):
+                kind = next((k for k in kind if k != "null"), None)
+            yield name, sub, kind
 
 
 def _vote_key(value: Any) -> str:
