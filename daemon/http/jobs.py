@@ -149,6 +149,24 @@ def _request_hash(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+async def _create_run_idempotently(
+    request_hash: str, user_id: str, schema_id: str, items: list[NewJob], cleanup: Callable[[], Awaitable[None]],
+    prepare: Callable[[], Awaitable[None]] | None = None,
+) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """`_create_idempotently` for a batch run of `items` (uploads or remote sources; the
+    list may be filled by `prepare`), answered with the run and its jobs."""
+    return await _create_idempotently(
+        "job_run",
+        request_hash,
+        lambda conn: _created_run(
+            conn, *repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())
+        ),
+        lambda run_id: _run_body(run_id, with_jobs=True),
+        cleanup,
+        prepare=prepare,
+    )
+
+
 async def _create_idempotently(
     resource_type: str,
     request_hash: str,
@@ -277,16 +295,7 @@ async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> tuple[dic
         items.extend(await job_sources(sources, path="sources", allow_listing=True, limit=MAX_FILES_PER_RUN))
 
     request_hash = _request_hash(kind="run", schemaId=schema_id, sources=[s.model_dump() for s in sources])
-    return await _create_idempotently(
-        "job_run",
-        request_hash,
-        lambda conn: _created_run(
-            conn, *repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())
-        ),
-        lambda run_id: _run_body(run_id, with_jobs=True),
-        _nothing,
-        prepare=expand,
-    )
+    return await _create_run_idempotently(request_hash, user_id, schema_id, items, _nothing, prepare=expand)
 
 
 # --- jobs -----------------------------------------------------------------------------
@@ -434,15 +443,7 @@ async def create_run() -> tuple[dict[str, Any], int, dict[str, str]]:
     request_hash = _request_hash(
         kind="run", schemaId=schema_id, files=[[item.sha256, item.file_name] for item in items]
     )
-    return await _create_idempotently(
-        "job_run",
-        request_hash,
-        lambda conn: _created_run(
-            conn, *repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())
-        ),
-        lambda run_id: _run_body(run_id, with_jobs=True),
-        lambda: _forget(upload),
-    )
+    return await _create_run_idempotently(request_hash, user_id, schema_id, items, lambda: _forget(upload))
 
 
 @blueprint.get("/job-runs")
