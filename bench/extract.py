@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -63,6 +62,9 @@ import trio_parallel
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "extraction"))  # the test documents' generators
+
+from extraction_docs import write_table_pdf  # noqa: E402
 
 from daemon.config import load_config  # noqa: E402
 from daemon.errors import JobError  # noqa: E402
@@ -94,38 +96,6 @@ SCHEMA: dict[str, Any] = {
             "unit_price": {"type": "number"}, "amount": {"type": "number"}}}},
     },
 }
-
-
-def make_pdf(path: Path, pages: int, seed: int) -> None:
-    from reportlab.lib.pagesizes import A4
-    from reportlab.pdfgen import canvas
-
-    rng = random.Random(seed)
-    c = canvas.Canvas(str(path), pagesize=A4)
-    _, height = A4
-    for page in range(pages):
-        c.setFont("Helvetica-Bold", 14)
-        c.drawString(50, height - 50, f"ACME Supplies Ltd — Invoice (page {page + 1} of {pages})")
-        c.setFont("Helvetica", 9)
-        c.drawString(50, height - 70, f"Invoice No.: INV-{seed:04d}-{page:03d}")
-        c.drawString(350, height - 70, "Invoice Date: 12/03/2024")
-        y = height - 100
-        for x, title in ((50, "Description"), (330, "Qty"), (400, "Unit Price"), (480, "Amount")):
-            c.drawString(x, y, title)
-        total = 0.0
-        for row in range(40):
-            y -= 15
-            qty, price = rng.randint(1, 9), rng.randint(100, 99_999) / 100
-            total += qty * price
-            c.drawString(50, y, f"Item {row + 1}: {rng.choice(['Widget', 'Gadget', 'Service', 'Part'])} "
-                                f"model {rng.randint(100, 999)}")
-            c.drawRightString(345, y, str(qty))
-            c.drawRightString(450, y, f"{price:,.2f}")
-            c.drawRightString(530, y, f"{qty * price:,.2f}")
-        c.drawString(400, y - 25, "Total Due")
-        c.drawRightString(530, y - 25, f"€ {total:,.2f}")
-        c.showPage()
-    c.save()
 
 
 def bare_loop(paths: list[Path]) -> int:
@@ -381,7 +351,7 @@ def main() -> None:
         paths = []
         for seed in range(args.docs):
             path = work / f"native-{seed}.pdf"
-            make_pdf(path, args.pages, seed)
+            write_table_pdf(path, args.pages, seed)
             paths.append(path)
         print(f"native PDFs: {args.docs} documents x {args.pages} pages, {args.rounds} rounds")
         figures.update(throughput(paths, args.rounds))

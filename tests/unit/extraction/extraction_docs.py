@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import io
+import random
 from pathlib import Path
 
 INVOICE = {
@@ -197,3 +198,55 @@ def invoice_txt() -> str:
     lines.append("")
     lines += [f"{'':<26}{label:<14}{value:>14}" for label, value in FOOTER_LINES]
     return "\n".join(lines) + "\n"
+
+
+def write_table_pdf(path: Path, pages: int, seed: int = 3) -> Path:
+    """Pages as bench/extract.py reads them: a header, a 40-row item table and a total
+    on every page (random items, reproducible from `seed`)."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    rng = random.Random(seed)
+    c = canvas.Canvas(str(path), pagesize=A4)
+    _, height = A4
+    for page in range(pages):
+        c.setFont("Helvetica-Bold", 14)
+        c.drawString(50, height - 50, f"ACME Supplies Ltd — Invoice (page {page + 1} of {pages})")
+        c.setFont("Helvetica", 9)
+        c.drawString(50, height - 70, f"Invoice No.: INV-{seed:04d}-{page:03d}")
+        c.drawString(350, height - 70, "Invoice Date: 12/03/2024")
+        y = height - 100
+        for x, title in ((50, "Description"), (330, "Qty"), (400, "Unit Price"), (480, "Amount")):
+            c.drawString(x, y, title)
+        total = 0.0
+        for row in range(40):
+            y -= 15
+            qty, price = rng.randint(1, 9), rng.randint(100, 99_999) / 100
+            total += qty * price
+            c.drawString(50, y, f"Item {row + 1}: {rng.choice(['Widget', 'Gadget', 'Service', 'Part'])} "
+                                f"model {rng.randint(100, 999)}")
+            c.drawRightString(345, y, str(qty))
+            c.drawRightString(450, y, f"{price:,.2f}")
+            c.drawRightString(530, y, f"{qty * price:,.2f}")
+        c.drawString(400, y - 25, "Total Due")
+        c.drawRightString(530, y - 25, f"€ {total:,.2f}")
+        c.showPage()
+    c.save()
+    return path
+
+
+def write_turned_pdf(path: Path, angle: int) -> Path:
+    """Two labelled values on a page whose text is turned by `angle` degrees."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    c = canvas.Canvas(str(path), pagesize=A4)
+    c.translate(300, 400)
+    c.rotate(angle)
+    c.drawString(0, 0, "Invoice No.:")
+    c.drawString(110, 0, "T-42")
+    c.drawString(0, -20, "Total Due")
+    c.drawString(110, -20, "12.50")
+    c.showPage()
+    c.save()
+    return path

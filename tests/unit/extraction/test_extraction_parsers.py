@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from extraction_docs import write_turned_pdf
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document, Word, group_lines
@@ -57,19 +58,7 @@ def test_pdf_words_have_their_positions_on_the_page(make_doc: Callable[..., Path
 
 @pytest.mark.parametrize("angle", [90, 180, 270])
 def test_pdf_text_drawn_turned_is_read_in_its_own_direction(tmp_path: Path, angle: int) -> None:
-    from reportlab.lib.pagesizes import A4
-    from reportlab.pdfgen import canvas
-
-    path = tmp_path / f"turned-{angle}.pdf"
-    c = canvas.Canvas(str(path), pagesize=A4)
-    c.translate(300, 400)
-    c.rotate(angle)
-    c.drawString(0, 0, "Invoice No.:")
-    c.drawString(110, 0, "T-42")
-    c.drawString(0, -20, "Total Due")
-    c.drawString(110, -20, "12.50")
-    c.showPage()
-    c.save()
+    path = write_turned_pdf(tmp_path / f"turned-{angle}.pdf", angle)
     page = parse(path, filetypes.PDF, OPTIONS).pages[0]
     assert [[w.text for w in line.words] for line in page.lines] == [["Invoice No.:", "T-42"], ["Total Due", "12.50"]]
 

@@ -24,7 +24,7 @@ from typing import Any
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 import pytest
-from extraction_docs import write_invoice_pdf
+from extraction_docs import write_invoice_pdf, write_table_pdf, write_turned_pdf
 
 from daemon.extraction.document import CELL_GAP, Line, Page, Word, _round4, group_lines
 from daemon.extraction.parsers import ParseOptions, parse
@@ -226,59 +226,12 @@ def write_tricky_pdf(path: Path, pages: int = 2) -> Path:
     return path
 
 
-def write_table_pdf(path: Path, pages: int = 2) -> Path:
-    """The benchmark's kind of page: a header, a 40-row item table, a total."""
-    from reportlab.lib.pagesizes import A4
-    from reportlab.pdfgen import canvas
-
-    rng = random.Random(3)
-    c = canvas.Canvas(str(path), pagesize=A4)
-    _, height = A4
-    for page in range(pages):
-        c.setFont("Helvetica-Bold", 14)
-        c.drawString(50, height - 50, f"ACME Supplies Ltd — Invoice (page {page + 1} of {pages})")
-        c.setFont("Helvetica", 9)
-        c.drawString(50, height - 70, f"Invoice No.: INV-{page:03d}")
-        c.drawString(350, height - 70, "Invoice Date: 12/03/2024")
-        y = height - 100
-        for x, title in ((50, "Description"), (330, "Qty"), (400, "Unit Price"), (480, "Amount")):
-            c.drawString(x, y, title)
-        for row in range(40):
-            y -= 15
-            qty, price = rng.randint(1, 9), rng.randint(100, 99_999) / 100
-            c.drawString(50, y, f"Item {row + 1}: Widget model {rng.randint(100, 999)}")
-            c.drawRightString(345, y, str(qty))
-            c.drawRightString(450, y, f"{price:,.2f}")
-            c.drawRightString(530, y, f"{qty * price:,.2f}")
-        c.drawString(400, y - 25, "Total Due")
-        c.drawRightString(530, y - 25, "€ 1,234.56")
-        c.showPage()
-    c.save()
-    return path
-
-
-def write_turned_pdf(path: Path, angle: int) -> Path:
-    from reportlab.lib.pagesizes import A4
-    from reportlab.pdfgen import canvas
-
-    c = canvas.Canvas(str(path), pagesize=A4)
-    c.translate(300, 400)
-    c.rotate(angle)
-    c.drawString(0, 0, "Invoice No.:")
-    c.drawString(110, 0, "T-42")
-    c.drawString(0, -20, "Total Due")
-    c.drawString(110, -20, "12.50")
-    c.showPage()
-    c.save()
-    return path
-
-
 @pytest.fixture(scope="module")
 def pdfs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     folder = tmp_path_factory.mktemp("speed-equivalence")
     made = [
         write_tricky_pdf(folder / "tricky.pdf"),
-        write_table_pdf(folder / "table.pdf"),
+        write_table_pdf(folder / "table.pdf", pages=2),
         write_invoice_pdf(folder / "invoice.pdf", pages=2),
     ]
     made += [write_turned_pdf(folder / f"turned-{angle}.pdf", angle) for angle in (90, 180, 270)]
