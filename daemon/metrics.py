@@ -9,7 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 # Buckets for request latency: sub-millisecond health checks up to slow uploads.
 _HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -17,7 +27,15 @@ _HTTP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 
 class Metrics:
     def __init__(self) -> None:
+        # A `*_created` series beside every counter and histogram doubles what is scraped, and
+        # Prometheus ignores them unless told otherwise.
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped in prometheus-client
         self.registry = CollectorRegistry(auto_describe=True)
+        # What every Prometheus user expects of a service: process_* (CPU seconds, resident memory,
+        # open fds, start time), python_gc_*, python_info. The collectors read /proc and the gc
+        # module at scrape time; they are stateless, so every Metrics may share them.
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+            self.registry.register(collector)
         self.http_request_duration = Histogram(
             "docex_http_request_duration_seconds",
             "HTTP request latency by route template, method and status.",

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import trio
+from system_requirements import require_tesseract
 
 from daemon.config import Config, Secret, load_config
 from daemon.http.app import create_app
@@ -30,6 +31,12 @@ PG_URL = os.environ.get("DOCEX_TEST_DATABASE_URL", "")
 
 def pytest_report_header() -> str:
     return f"docex database: {'postgresql (' + PG_URL + ')' if PG_URL else 'sqlite'}"
+
+
+@pytest.fixture
+def tesseract_installed() -> None:
+    """Skips (fails in CI) where the tesseract OCR engine is not installed: see tests/system_requirements.py."""
+    require_tesseract()
 
 
 @pytest.fixture

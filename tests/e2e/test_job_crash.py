@@ -27,6 +27,7 @@ import pytest
 import trio
 from e2e_helpers import QUICK_ENV, STARTUP, Api, event_counts, job_rows
 from PIL import Image, ImageDraw, ImageFont
+from system_requirements import needs_tesseract
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED"}
 JOBS = 6
@@ -155,6 +156,7 @@ def assert_completed(jobs: dict[str, dict[str, Any]], numbers: dict[str, str]) -
 # --- SIGKILL ---------------------------------------------------------------------------------
 
 
+@needs_tesseract
 async def test_jobs_running_when_the_process_is_killed_complete_after_a_restart(
     start_daemon, database_url
 ) -> None:
@@ -201,6 +203,7 @@ async def test_jobs_running_when_the_process_is_killed_complete_after_a_restart(
 # --- SIGTERM ---------------------------------------------------------------------------------
 
 
+@needs_tesseract
 async def test_sigterm_releases_running_jobs_within_the_grace_period_and_a_restart_completes_them(
     start_daemon, database_url
 ) -> None:

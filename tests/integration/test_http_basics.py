@@ -4,6 +4,8 @@ health, readiness, metrics and the OpenAPI document."""
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from pydantic import BaseModel, field_validator
@@ -184,3 +186,15 @@ async def test_openapi_document_lists_routes_and_carries_the_version(client) -> 
     assert {"/api/health", "/api/ready", "/metrics"} <= set(doc["paths"])
     r = await client.get("/api/docs")
     assert r.status_code == 200 and "openapi.json" in (await r.get_data()).decode()
+
+
+async def test_metrics_carry_process_figures_and_every_family_is_in_the_readme(client) -> None:
+    await client.get("/api/health")
+    text = (await (await client.get("/metrics")).get_data()).decode()
+    families = set(re.findall(r"^# TYPE (\S+) ", text, re.MULTILINE))
+    assert {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds"} <= families
+    rss = float(re.search(r"^process_resident_memory_bytes (\S+)$", text, re.MULTILINE)[1])  # type: ignore[index]
+    assert rss > 10 * 2**20  # a Python process with our imports, read from /proc
+    assert not any(family.endswith("_created") for family in families)
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    assert sorted(f for f in families if f"`{f}`" not in readme) == []

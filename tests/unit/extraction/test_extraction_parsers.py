@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from extraction_docs import write_turned_pdf
+from system_requirements import needs_tesseract, require_tesseract
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document, Word, group_lines
@@ -70,6 +71,7 @@ def test_pdf_pages_are_all_read(make_doc: Callable[..., Path]) -> None:
     assert "Page 3 of 3" in document.pages[2].text
 
 
+@needs_tesseract
 @pytest.mark.parametrize("kind", IMAGE_KINDS)
 def test_images_are_read_by_ocr(make_doc: Callable[..., Path], kind: str) -> None:
     document = parse(make_doc(kind), MIME[kind], OPTIONS)
@@ -82,6 +84,7 @@ def test_images_are_read_by_ocr(make_doc: Callable[..., Path], kind: str) -> Non
     assert 0 < word.x0 < word.x1 <= page.width
 
 
+@needs_tesseract
 def test_pdf_page_without_a_text_layer_is_read_by_ocr(make_doc: Callable[..., Path], tmp_path: Path) -> None:
     image = make_doc("png")
     from PIL import Image
@@ -97,6 +100,7 @@ def test_pdf_page_without_a_text_layer_is_read_by_ocr(make_doc: Callable[..., Pa
     assert all(w.x1 <= page.width + 1 for line in page.lines for w in line.words)
 
 
+@needs_tesseract
 def test_multi_frame_tiff_has_a_page_per_frame(make_doc: Callable[..., Path]) -> None:
     document = parse(make_doc("tiff", frames=2), filetypes.TIFF, OPTIONS)
     assert document.page_count == 2
@@ -202,6 +206,8 @@ def test_a_pdf_with_a_broken_body_but_an_end_marker_is_corrupted(tmp_path: Path)
 def test_more_pages_than_the_limit_is_too_many_pages(
     make_doc: Callable[..., Path], kind: str, options: dict[str, int]
 ) -> None:
+    if kind == "tiff":
+        require_tesseract()
     path = make_doc(kind, **options)
     with pytest.raises(PermanentJobError) as caught:
         parse(path, MIME[kind], ParseOptions(max_pages=2))

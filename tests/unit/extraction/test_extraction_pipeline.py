@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 from extraction_docs import INVOICE, SCHEMA
+from system_requirements import needs_tesseract
 
 from daemon.config import Config, load_config
 from daemon.errors import PermanentJobError
@@ -39,6 +40,7 @@ async def test_a_native_pdf_through_the_worker(make_doc: Callable[..., Path]) ->
     assert "usage" not in meta
 
 
+@needs_tesseract
 async def test_an_image_is_read_by_ocr_in_the_worker(make_doc: Callable[..., Path]) -> None:
     extraction = await extract(make_doc("png"), filetypes.PNG, SCHEMA, config())
     assert extraction.result["total"] == INVOICE["total"]

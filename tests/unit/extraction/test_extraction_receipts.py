@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from system_requirements import needs_tesseract
 
 from daemon.extraction.document import Document, Line, Page, Word, grid_text_line
 from daemon.extraction.parsers import ParseOptions, ocr, parse
@@ -204,6 +205,7 @@ def write_receipt_jpeg(path: Path) -> Path:
     return path
 
 
+@needs_tesseract
 def test_a_clean_scan_is_read_once(tmp_path: Path) -> None:
     document = parse(write_receipt_jpeg(tmp_path / "receipt.jpg"), filetypes.JPEG, ParseOptions())
     assert isinstance(document, ScannedDocument)
@@ -211,6 +213,7 @@ def test_a_clean_scan_is_read_once(tmp_path: Path) -> None:
     assert read(document)["total"] == 11.35
 
 
+@needs_tesseract
 def test_an_unsure_scan_is_read_three_times_and_its_fields_found(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # A generated image reads too well to be unsure: every reading counts as unsure here.
