@@ -94,6 +94,8 @@ class LogConfig:
 @dataclass(frozen=True)
 class ServerConfig:
     grace_period_s: int = _setting(30, doc="how long SIGTERM waits for requests and jobs")
+    # Above the 60 s idle timeout of common reverse proxies, so the proxy closes first.
+    keep_alive_timeout_s: int = _setting(75, hot=False, doc="an idle keep-alive connection is closed after this")
     watchdog: bool = _setting(True, doc="ping systemd's watchdog when WATCHDOG_USEC is set")
     # Behind a reverse proxy, the client address (rate limits, sessions list) comes from
     # X-Forwarded-For, trusting this many proxies; 0 trusts none and uses the peer address.

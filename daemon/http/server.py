@@ -60,7 +60,7 @@ async def run_http(
     hc.graceful_timeout = float(config.server.grace_period_s)
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")  # into our JSON lines
-    hc.keep_alive_timeout = 75  # above common proxies' 60 s idle timeout
+    hc.keep_alive_timeout = float(config.server.keep_alive_timeout_s)
     hc.include_server_header = False
     app: Any = create_app(services)
     if config.server.trusted_proxy_hops:
