@@ -7,44 +7,57 @@ connections and lets in-flight requests finish within the grace period.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
+import hypercorn.trio.run
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Event, Updated
 from hypercorn.middleware import ProxyFixMiddleware
 from hypercorn.trio import serve
+from hypercorn.trio.tcp_server import TCPServer
 
 from daemon.http.app import create_app
 from daemon.services import Services
 
-Send = Callable[[Any], Awaitable[None]]
 
+class KeepAliveTCPServer(TCPServer):
+    """hypercorn's trio connection, with its keep-alive idle timer fixed.
 
-class ShieldedSend:
-    """Shield the ASGI `send` of HTTP requests from cancellation.
+    Two bugs of hypercorn 0.18.0's trio worker (hypercorn/trio/tcp_server.py);
+    delete this class and `install_keep_alive_fix` once hypercorn fixes them:
 
-    quart-trio cancels a request's tasks when it sees the disconnect that
-    hypercorn delivers inside the response's last `send`; hypercorn re-arms its
-    keep-alive idle timer later in that same call, and the cancellation killed
-    it. Without the timer an idle keep-alive connection was never closed: not
-    after `keep_alive_timeout`, and not at shutdown, which then waited out the
-    whole grace period. Hypercorn shields its socket writes already.
+    - The timer outlives the client. When the client closes an idle keep-alive
+      connection, the read loop ends, but the connection's task group still
+      waits for the timer task, so the socket sits in CLOSE_WAIT, holding its
+      file descriptor, for `keep_alive_timeout`.
+    - The timer is re-armed inside the app's last `send` (the end of the
+      response closes the stream, which hands the app `http.disconnect`, then
+      marks the connection idle). quart-trio 0.12 cancels the request's tasks as
+      soon as it receives that `http.disconnect`, and the cancellation lands in
+      the re-arming: an idle connection was then never closed, neither after
+      `keep_alive_timeout` nor at shutdown, which waited out the grace period.
+      The connection's own bookkeeping must not be cancelled by the app: it is
+      shielded here, as hypercorn already shields its socket writes.
     """
 
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def shielded(message: Any) -> None:
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):  # start or stop the idle timer
             with trio.CancelScope(shield=True):
-                await send(message)
+                await super().protocol_send(event)
+        else:
+            await super().protocol_send(event)
 
-        await self.app(scope, receive, shielded)
+    async def _read_data(self) -> None:
+        await super()._read_data()
+        await self.idle_task.stop()  # the client is gone: nothing left to time out
+
+
+def install_keep_alive_fix() -> None:
+    """Make hypercorn's trio worker build its connections as `KeepAliveTCPServer`.
+
+    The worker takes the class from its module's namespace and has no other hook."""
+    hypercorn.trio.run.TCPServer = KeepAliveTCPServer  # type: ignore[attr-defined]
 
 
 async def run_http(
@@ -65,5 +78,5 @@ async def run_http(
     app: Any = create_app(services)
     if config.server.trusted_proxy_hops:
         app = ProxyFixMiddleware(app, mode="legacy", trusted_hops=config.server.trusted_proxy_hops)
-    framework: Any = ShieldedSend(app)  # an ASGI callable; hypercorn's type wants its own scope types
-    await serve(framework, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+    install_keep_alive_fix()
+    await serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)

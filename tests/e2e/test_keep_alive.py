@@ -1,0 +1,132 @@
+"""Keep-alive connections as the daemon's process sees them: a connection the client
+closes is freed at once, an idle one is closed after `server.keep_alive_timeout`, and
+SIGTERM closes idle ones without waiting out the grace period.
+
+Raw sockets talk to a real `docex serve`; what the server still holds is read from
+/proc: its file descriptors that are TCP sockets on its port (loopback only)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import trio
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads the daemon's sockets in /proc")
+
+LISTEN = "0A"
+CLOSE_WAIT = "08"
+REQUEST = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+
+
+def connections_held(pid: int, port: int) -> list[str]:
+    """The TCP states of the connections on `port` that process `pid` still has a
+    file descriptor for (its listening socket left out)."""
+    states: dict[str, str] = {}  # socket inode → state
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            if local_port == port and fields[3] != LISTEN:
+                states[fields[9]] = fields[3]
+    held = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed while we looked
+            continue
+        if target.startswith("socket:[") and target[8:-1] in states:
+            held.append(states[target[8:-1]])
+    return held
+
+
+async def request_on(stream: trio.SocketStream) -> None:
+    """One GET /api/health on an open connection; its whole 200 response read."""
+    await stream.send_all(REQUEST)
+    received = b""
+    with trio.fail_after(5):
+        while b"\r\n\r\n" not in received:
+            chunk = await stream.receive_some()
+            assert chunk, f"the server closed the connection instead of answering: {received!r}"
+            received += chunk
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200"), head
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:"))
+        while len(body) < length:
+            body += await stream.receive_some()
+    assert b"connection: close" not in head.lower(), "the server did not keep the connection alive"
+
+
+async def open_idle_connections(port: int, n: int) -> list[trio.SocketStream]:
+    """`n` connections, each after one request and its response: idle keep-alive connections."""
+    streams = []
+    for _ in range(n):
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        await request_on(stream)
+        streams.append(stream)
+    return streams
+
+
+async def wait_until_none_held(pid: int, port: int, timeout: float) -> float:  # noqa: ASYNC109
+    """Seconds until `pid` holds no connection on `port`; fails after `timeout` naming what is held."""
+    start = time.monotonic()
+    while held := connections_held(pid, port):
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"{len(held)} connections still held after {timeout:g}s "
+                        f"({held.count(CLOSE_WAIT)} in CLOSE_WAIT): {sorted(set(held))}")
+        await trio.sleep(0.05)
+    return time.monotonic() - start
+
+
+async def test_connections_the_clients_close_are_freed_at_once(start_daemon) -> None:
+    d = start_daemon()  # keep_alive_timeout is its default, 75 s: far longer than this test waits
+    await d.wait_http_ready()
+    assert d.port is not None
+    streams = await open_idle_connections(d.port, 30)
+    assert len(connections_held(d.pid, d.port)) == 30  # the count sees what it should
+
+    for stream in streams:
+        await stream.aclose()
+    await wait_until_none_held(d.pid, d.port, timeout=1.5)
+    assert d.proc.poll() is None
+    await d.stop()
+
+
+async def test_an_idle_connection_is_closed_after_the_keep_alive_timeout(start_daemon) -> None:
+    d = start_daemon(env={"DOCEX_SERVER_KEEP_ALIVE_TIMEOUT": "2s"})
+    await d.wait_http_ready()
+    assert d.port is not None
+    async with await trio.open_tcp_stream("127.0.0.1", d.port) as stream:
+        # Several requests on one connection: each one ends with the same idle state.
+        for _ in range(3):
+            await request_on(stream)
+        idle_since = time.monotonic()
+        with trio.fail_after(10):
+            assert await stream.receive_some() == b"", "the server sent something unasked"
+        idle_s = time.monotonic() - idle_since
+    assert 1.5 < idle_s < 6, f"closed after {idle_s:.1f}s of idleness, not after 2s"
+    await wait_until_none_held(d.pid, d.port, timeout=1.5)
+    await d.stop()
+
+
+async def test_sigterm_closes_idle_connections_without_waiting_the_grace_period(start_daemon) -> None:
+    d = start_daemon(env={"DOCEX_SERVER_GRACE_PERIOD": "60s"})
+    await d.wait_http_ready()
+    assert d.port is not None
+    streams = await open_idle_connections(d.port, 5)
+    started = time.monotonic()
+    d.signal(signal.SIGTERM)
+    for stream in streams:
+        with trio.fail_after(5):
+            assert await stream.receive_some() == b""
+        await stream.aclose()
+    code = await d.wait_exit(timeout=5)
+    assert code == 0, d.describe()
+    assert time.monotonic() - started < 5
