@@ -28,7 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--config", metavar="FILE", help="config.toml (default: $DOCEX_CONFIG, else none)")
+        p.add_argument("--config", metavar="FILE", help="config.toml (default: $DOCEX_CONFIG, else $CONFIGURATION_DIRECTORY/config.toml "
+                            "under systemd, else none)")
         return p
 
     serve = with_config(commands.add_parser("serve", help="run the daemon"))

@@ -1,4 +1,4 @@
-"""Configuration: defaults < config.toml < environment < command-line flags.
+"""Configuration: defaults < config.toml < systemd credentials < environment < command-line flags.
 
 Each section is a frozen dataclass; each field's metadata says its environment
 variable (the seed's names where the seed has one, else ``DOCEX_SECTION_KEY``)
@@ -8,6 +8,12 @@ ending in ``_ms``/``_s`` holds a duration in that unit and accepts ``15m``,
 
 `load_config` parses everything at once and raises `ConfigError` listing every
 problem, one line each, so an operator fixes them in one go.
+
+Under systemd the file defaults to ``$CONFIGURATION_DIRECTORY/config.toml``
+(``ConfigurationDirectory=docex``: ``/etc/docex``, readable, holding no
+secrets), and a credential (``LoadCredential=NAME:/path``, copied by systemd
+into ``$CREDENTIALS_DIRECTORY``, readable by the service's user only) named
+after a setting's environment variable is read as that variable.
 """
 
 from __future__ import annotations
@@ -355,8 +361,10 @@ def load_config(
     """Build the effective configuration.
 
     Args:
-        path: a TOML file; None means ``$DOCEX_CONFIG`` if set, else no file.
-        environ: the environment (defaults to ``os.environ``).
+        path: a TOML file; None means ``$DOCEX_CONFIG`` if set, else
+            ``$CONFIGURATION_DIRECTORY/config.toml`` under systemd, else no file.
+        environ: the environment (defaults to ``os.environ``), completed by the
+            credentials in ``$CREDENTIALS_DIRECTORY``.
         overrides: command-line values by dotted path (``"host"``, ``"port"``).
 
     Raises:
@@ -366,7 +374,8 @@ def load_config(
     overrides = overrides or {}
     problems: list[str] = []
     file_data: dict[str, Any] = {}
-    path = path or environ.get("DOCEX_CONFIG") or None
+    path = path or environ.get("DOCEX_CONFIG") or _systemd_config_file(environ)
+    environ = {**_credentials(environ, problems), **environ}
     if path is not None:
         try:
             file_data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
@@ -422,6 +431,44 @@ def load_config(
     if problems:
         raise ConfigError(problems)
     return config
+
+
+def _systemd_config_file(environ: Mapping[str, str]) -> str | None:
+    """``config.toml`` in the unit's ``ConfigurationDirectory=``, so ``docex serve`` and a
+    ``systemd-run -p ConfigurationDirectory=docex docex ...`` read the same file."""
+    directory = environ.get("CONFIGURATION_DIRECTORY", "").split(":")[0]
+    return str(Path(directory) / "config.toml") if directory else None
+
+
+def _credentials(environ: Mapping[str, str], problems: list[str]) -> dict[str, str]:
+    """The systemd credentials named after a setting's environment variable, by that name.
+
+    They rank below the environment: a credential stands in for a variable that is not
+    set, and a variable set explicitly (``Environment=``, a shell) is the more specific
+    choice, as it is over config.toml. Other files in the directory are not ours.
+    """
+    directory = environ.get("CREDENTIALS_DIRECTORY")
+    if not directory:
+        return {}
+    found: dict[str, str] = {}
+    for name in sorted(_setting_env_names()):
+        path = Path(directory) / name
+        try:
+            # Files written by `echo` or `openssl rand` end in a newline that is no part of the value.
+            found[name] = path.read_text(encoding="utf-8").removesuffix("\n")
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"credential {name}: cannot be read ({exc})")
+    return found
+
+
+def _setting_env_names() -> set[str]:
+    sections = _section_classes()
+    names = {env_name(None, f.name) for f in dataclasses.fields(Config) if f.name not in sections}
+    for section, cls in sections.items():
+        names |= {env_name(section, f.name) for f in dataclasses.fields(cls)}
+    return names
 
 
 def _validate(c: Config) -> list[str]:
