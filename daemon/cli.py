@@ -18,6 +18,7 @@ import trio
 from daemon import __version__
 from daemon.config import OCR_ENGINES, Config, describe, load_config, with_dev_secrets
 from daemon.errors import ConfigError
+from daemon.logs import is_journal_stream
 
 EXIT_CONFIG = 2
 
@@ -28,8 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def with_config(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        p.add_argument("--config", metavar="FILE", help="config.toml (default: $DOCEX_CONFIG, else $CONFIGURATION_DIRECTORY/config.toml "
-                            "under systemd, else none)")
+        p.add_argument("--config", metavar="FILE", help="config.toml (default: $DOCEX_CONFIG, else "
+                       "$CONFIGURATION_DIRECTORY/config.toml under systemd, else none)")
         return p
 
     serve = with_config(commands.add_parser("serve", help="run the daemon"))
@@ -70,8 +71,10 @@ def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> 
     try:
         return load_config(getattr(args, "config", None), overrides=overrides)
     except ConfigError as exc:
+        # Under systemd, at error priority: `journalctl -p err` shows why the unit does not start.
+        priority = "<3>" if is_journal_stream(sys.stderr) else ""
         for problem in exc.problems:
-            print(f"docex: config: {problem}", file=sys.stderr)
+            print(f"{priority}docex: config: {problem}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
 
 

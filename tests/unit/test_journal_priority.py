@@ -34,8 +34,8 @@ except ZeroDivisionError as exc:
 """
 
 
-def run_child(journal_stream: str | None) -> list[str]:
-    """The child's stdout lines; `journal_stream` is "pipe" for the pipe's own device:inode."""
+def run_child(journal_stream: str | None, argv: tuple[str, ...] = ("-c", CHILD), exit_code: int = 0) -> list[str]:
+    """The child's stdout and stderr lines; `journal_stream` is "pipe" for the pipe's own device:inode."""
     read_fd, write_fd = os.pipe()
     env = {k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"}
     if journal_stream == "pipe":
@@ -45,11 +45,11 @@ def run_child(journal_stream: str | None) -> list[str]:
         env["JOURNAL_STREAM"] = journal_stream
     with os.fdopen(read_fd, encoding="utf-8") as out:
         try:
-            proc = subprocess.Popen([sys.executable, "-c", CHILD], cwd=REPO, env=env, stdout=write_fd)
+            proc = subprocess.Popen([sys.executable, *argv], cwd=REPO, env=env, stdout=write_fd, stderr=write_fd)
         finally:
             os.close(write_fd)
         lines = out.read().splitlines()
-    assert proc.wait(timeout=30) == 0
+    assert proc.wait(timeout=30) == exit_code
     return lines
 
 
@@ -69,3 +69,12 @@ def test_elsewhere_lines_are_bare_json(journal_stream: str | None) -> None:
     # stdout was redirected (to a file, a pipe): a prefix there would corrupt the JSON.
     lines = run_child(journal_stream)
     assert [json.loads(line)["msg"] for line in lines] == ["d", "i", "w", "e", "unhandled error"]
+
+
+@pytest.mark.parametrize(("journal_stream", "prefix"), [("pipe", "<3>"), (None, "")], ids=["journal", "elsewhere"])
+def test_a_config_error_at_start_is_an_error_in_the_journal(journal_stream: str | None, prefix: str,
+                                                              tmp_path: Path) -> None:
+    # Exit 2 before logging is set up; systemd restarts the unit, `journalctl -p err` says why.
+    lines = run_child(journal_stream, ("-m", "daemon.cli", "config", "check", "--config", str(tmp_path / "no.toml")),
+                      exit_code=2)
+    assert lines == [f"{prefix}docex: config: config file {tmp_path / 'no.toml'}: not found"]
