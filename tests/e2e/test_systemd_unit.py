@@ -170,12 +170,12 @@ def seconds(value: str) -> float:
     return int(m.group(1)) * (60 if m.group(2) == "min" else 1)
 
 
-def unused_id() -> int:
-    """A uid and gid in systemd's dynamic range that no user or group has."""
+def unused_id(above: int = 0) -> int:
+    """A uid and gid in systemd's dynamic range (above `above`) that no user or group has."""
     import grp
     import pwd
 
-    for candidate in range(61184 + os.getpid() % 1000, 65519):
+    for candidate in range(max(61184 + os.getpid() % 1000, above + 1), 65519):
         with contextlib.suppress(KeyError):
             pwd.getpwuid(candidate)
             continue
@@ -225,21 +225,25 @@ class Notifications:
 class Emulation:
     """What systemd sets up for one unit run under `root`, as root (the service manager)."""
 
-    def __init__(self, root: Path, uid: int) -> None:
+    def __init__(self, root: Path) -> None:
         self.root = root
-        self.uid = uid
         self.users: dict[str, int] = {}
 
     def service_uid(self, props: Properties) -> int:
         assert props.one("DynamicUser") == "yes", "the emulation knows dynamic users only"
         # One uid per dynamic user name, shared by every unit that names it while they run.
-        return self.users.setdefault(props.one("User"), self.uid)
+        name = props.one("User")
+        if name not in self.users:
+            self.users[name] = unused_id(above=max(self.users.values(), default=0))
+        return self.users[name]
 
     def environment(self, props: Properties, unit_name: str) -> dict[str, str]:
         uid = self.service_uid(props)
         env = {"PATH": SERVICE_PATH}
         for value in props.all("Environment"):
-            env.update(assignment.split("=", 1) for assignment in shlex.split(value))  # type: ignore[misc]
+            for assignment in shlex.split(value):
+                key, _, setting = assignment.partition("=")
+                env[key] = setting
         # StateDirectory=: created with its mode and owned by the service's uid, at every start.
         state = self.root / "var/lib" / props.one("StateDirectory")
         state.mkdir(parents=True, exist_ok=True)
@@ -450,7 +454,7 @@ async def test_the_readme_deployment_runs_as_systemd_runs_it(root: Path, databas
     unknown = {k for k, _ in props.settings} - EMULATED - NOT_EMULATED
     assert not unknown, f"teach this test what systemd does with {unknown}"
 
-    emulation = Emulation(root, unused_id())
+    emulation = Emulation(root)
     uid = emulation.service_uid(props)
     # The secrets' source files are root's alone: the service's uid cannot read them itself.
     argv, kwargs = emulation.process(props, ["cat", str(etc / "credentials/JWT_ACCESS_SECRET")])
