@@ -37,8 +37,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Names the daemon reads from its environment (config.py, systemd.py): none may leak in.
 _CONFIG_PREFIXES = ("DOCEX_", "JWT_", "WEBHOOK_", "WATCHDOG_")
+# What systemd hands a service: a test's daemon must not pick up the session's own.
 _CONFIG_NAMES = {"API_KEY_PREFIX", "MAX_API_KEYS_PER_USER", "MAX_FILE_SIZE", "NOTIFY_SOCKET",
-                 "STATE_DIRECTORY", "LISTEN_FDS", "LISTEN_PID"}
+                 "STATE_DIRECTORY", "CONFIGURATION_DIRECTORY", "CREDENTIALS_DIRECTORY", "JOURNAL_STREAM",
+                 "LISTEN_FDS", "LISTEN_PID"}
 
 WAIT_TIMEOUT_S = 5.0
 

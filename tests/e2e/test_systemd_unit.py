@@ -45,6 +45,7 @@ import httpx
 import pytest
 import trio
 from e2e_helpers import STARTUP
+from system_requirements import require_program, require_root
 
 REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
@@ -74,10 +75,6 @@ NOT_EMULATED = {
 SHARED_WITH_ONE_LINER = {"DynamicUser", "User", "UMask", "StateDirectory", "StateDirectoryMode",
                          "ConfigurationDirectory", "LoadCredential", "Environment"}
 
-needs_root = pytest.mark.skipif(
-    os.geteuid() != 0,
-    reason="runs the unit as an unprivileged uid, which needs root to setuid/setgid; run as root (CI does)",
-)
 
 
 # --- the README ---------------------------------------------------------------------------
@@ -431,8 +428,8 @@ def users_create_one_liner(extra_properties: list[tuple[str, str]]) -> tuple[Pro
     return Properties(properties + extra_properties), shlex.join(tokens[i:])
 
 
-@needs_root
 async def test_the_readme_deployment_runs_as_systemd_runs_it(root: Path, database_url: str) -> None:
+    require_root("runs the unit as an unprivileged uid, which needs setuid/setgid (CI runs as root)")
     run_readme_deploy(root)
     etc = root / "etc/docex"
     assert (etc.stat().st_mode & 0o7777, (etc / "config.toml").stat().st_mode & 0o7777) == (0o755, 0o644)
@@ -520,9 +517,8 @@ async def test_the_readme_deployment_runs_as_systemd_runs_it(root: Path, databas
         service.kill()
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="systemd-analyze is missing: install the Debian package `systemd`")
 def test_the_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
+    require_program("systemd-analyze", debian_package="systemd")
     # verify checks that ExecStart's binary exists: the same unit, pointed at this venv's docex.
     text = UNIT_FILE.read_text(encoding="utf-8")
     assert text.count(f"ExecStart={INSTALLED_DOCEX} ") == 1
