@@ -189,6 +189,13 @@ class GoogleConfig:
         return bool(self.client_id and self.client_secret and self.redirect_url)
 
 
+@dataclass(frozen=True)
+class IntegrationsConfig:
+    # Off: an S3 endpointUrl must resolve to a public address (SSRF guard, daemon.webhooks.ssrf).
+    # On: users may also reach private, loopback and link-local addresses (MinIO on the LAN).
+    allow_private_networks: bool = _setting(False)
+
+
 OCR_ENGINES = ("tesseract", "rapidocr")
 
 
@@ -217,6 +224,7 @@ class Config:
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
     anthropic: AnthropicConfig = field(default_factory=AnthropicConfig)
     google: GoogleConfig = field(default_factory=GoogleConfig)
+    integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)
 
     @property
     def data_path(self) -> Path:

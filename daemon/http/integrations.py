@@ -21,6 +21,7 @@ import html
 import logging
 import posixpath
 import re
+import urllib.parse
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -49,12 +50,13 @@ from daemon.integrations.oauth import (
     state_key,
     verify_state,
 )
-from daemon.integrations.s3 import S3Source
+from daemon.integrations.s3 import PRIVATE_NETWORKS_SETTING, S3Source
 from daemon.integrations.sealing import seal_secrets
 from daemon.integrations.sources import google_client, open_source, revoke_grant
 from daemon.storage.ids import new_id
 from daemon.storage.repos import integrations as repo
 from daemon.storage.repos.jobs import NewJob
+from daemon.webhooks import ssrf
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,16 @@ _URL = re.compile(r"https?://[^\s/]+(/\S*)?")
 
 
 def _http_url(value: str | None) -> str | None:
-    if value is not None and not _URL.fullmatch(value):
+    if value is not None and not (_URL.fullmatch(value) and _host(value)):
         raise ValueError("config.endpointUrl must be an http(s) URL")
     return value
+
+
+def _host(url: str) -> str | None:
+    try:
+        return urllib.parse.urlsplit(url).hostname
+    except ValueError:  # a broken [IPv6] literal or port
+        return None
 
 
 class S3ConfigIn(BaseModel):
@@ -155,6 +164,11 @@ def _require_google() -> None:
                           "google.client_secret and google.redirect_url"])
 
 
+def _refused_endpoint(url: str) -> bool:
+    """An endpoint the SSRF guard refuses without a lookup (a name is checked at each connection)."""
+    return ssrf.literal_refused(_host(url) or "")
+
+
 async def _owned(integration_id: str) -> Any:
     return await services().db.read(repo.owned_integration, current_principal().user_id, integration_id)
 
@@ -176,6 +190,9 @@ async def create_integration() -> tuple[dict[str, Any], int]:
     if raw["provider"] == Provider.S3:
         body = parse(CreateS3Body, raw)
         s3 = body.config
+        if s3.endpointUrl and not config.integrations.allow_private_networks and _refused_endpoint(s3.endpointUrl):
+            raise BadRequest([f"config.endpointUrl must not point to a private, loopback or link-local address "
+                              f"({PRIVATE_NETWORKS_SETTING} is off)"])
         shown = {"accessKeyIdLast4": mask_key_id(s3.accessKeyId), "bucket": s3.bucket, "region": s3.region,
                  "endpointUrl": s3.endpointUrl, "prefix": s3.prefix or ""}
         sealed = seal_secrets(config, integration_id,

@@ -7,6 +7,19 @@ one after the other.
 
 `s3_error` is the one translation of botocore's exceptions into SPEC §6 codes,
 shared by the integration and the S3 blob store (`daemon.storage.blobs`).
+
+An integration's endpoint is chosen by a user, so its client goes through the SSRF
+guard (`daemon.webhooks.ssrf`) unless ``integrations.allow_private_networks``: every
+connection resolves and vets its host and opens its socket to the address vetted (no
+second lookup that DNS rebinding could answer differently), while the Host header, TLS
+SNI and the certificate check keep the name. No proxy from the environment is used
+(a proxy would connect on the client's behalf, past the guard), and botocore follows
+no HTTP redirects. And whatever the endpoint does short of answering like S3 (nothing
+listening, no answer in time, another protocol or an HTTP server that is not S3) is
+one and the same error (`_endpoint_error`), so the errors do not map what listens where.
+
+The blob store's client (`make_client` without the guard) is the operator's own
+configuration and is not guarded.
 """
 
 from __future__ import annotations
@@ -15,6 +28,7 @@ import builtins
 import functools
 import logging
 import posixpath
+import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,6 +40,7 @@ from daemon.config import Secret
 from daemon.errors import JobError, PermanentJobError, TransientJobError
 from daemon.integrations.base import FileRef, RemoteEntry, RemoteFile, unreachable
 from daemon.jobs.models import ErrorCode
+from daemon.webhooks import ssrf
 
 T = TypeVar("T")
 
@@ -40,6 +55,7 @@ CHUNK_BYTES = 256 * 1024
 _SDK_MAX_ATTEMPTS = 2
 _CONNECT_TIMEOUT_S = 10
 _READ_TIMEOUT_S = 60
+PRIVATE_NETWORKS_SETTING = "integrations.allow_private_networks"
 
 # Error codes of S3's REST API (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html)
 # and the bare status codes botocore reports for bodiless answers (HEAD).
@@ -78,11 +94,12 @@ class S3Settings:
         return "/".join(segments) + "/" if segments else ""
 
 
-def make_client(settings: S3Settings) -> Any:
+def make_client(settings: S3Settings, *, guarded: bool = False) -> Any:
     """A botocore S3 client (blocking to build: call it in a thread).
 
     Path-style addressing with a custom endpoint (what MinIO and most compatibles want).
-    An empty access key id means boto3's own credential chain.
+    An empty access key id means boto3's own credential chain. `guarded`: every connection
+    passes the SSRF guard and no proxy is used (see the module docstring).
     """
     import boto3
     from botocore.config import Config as BotoConfig
@@ -98,6 +115,7 @@ def make_client(settings: S3Settings) -> Any:
         # expect, as AWS itself recommends for third-party stores.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
+        **({"proxies": {}} if guarded else {}),
     )
     credentials: dict[str, str] = {}
     if settings.access_key_id and settings.secret_access_key is not None:
@@ -105,8 +123,59 @@ def make_client(settings: S3Settings) -> Any:
             "aws_access_key_id": settings.access_key_id,
             "aws_secret_access_key": settings.secret_access_key.reveal(),
         }
-    return boto3.session.Session().client("s3", endpoint_url=settings.endpoint_url or None, config=config,
-                                          **credentials)
+    client = boto3.session.Session().client("s3", endpoint_url=settings.endpoint_url or None, config=config,
+                                            **credentials)
+    if guarded:
+        # botocore has no public seam for its connection classes: its HTTP session's pool
+        # manager picks the pool class by scheme, and the pool its connection class.
+        client._endpoint.http_session._manager.pool_classes_by_scheme = _vetted_pools()
+    return client
+
+
+@functools.cache
+def _vetted_pools() -> dict[str, type]:
+    """botocore's connection pools with connections that pass the SSRF guard."""
+    from botocore.awsrequest import (
+        AWSHTTPConnection,
+        AWSHTTPConnectionPool,
+        AWSHTTPSConnection,
+        AWSHTTPSConnectionPool,
+    )
+    from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+    from urllib3.util.connection import create_connection
+
+    class Vetted:
+        host: str
+        port: int
+        timeout: float | None
+        source_address: tuple[str, int] | None
+        socket_options: Any
+
+        def _new_conn(self) -> socket.socket:
+            # urllib3 resolves and connects here; everything after (TLS included) uses the name.
+            ip = ssrf.resolve_blocking(self.host, self.port, allow_private=False, setting=PRIVATE_NETWORKS_SETTING)
+            try:
+                return create_connection((str(ip), self.port), self.timeout, source_address=self.source_address,
+                                         socket_options=self.socket_options)
+            except TimeoutError as exc:
+                raise ConnectTimeoutError(self, f"Connection to {self.host} timed out") from exc
+            except OSError as exc:
+                connection: Any = self
+                raise NewConnectionError(connection, f"Failed to establish a new connection: {exc}") from exc
+
+    class HTTPConnection(Vetted, AWSHTTPConnection):  # type: ignore[misc]
+        pass
+
+    class HTTPSConnection(Vetted, AWSHTTPSConnection):  # type: ignore[misc]
+        pass
+
+    class HTTPPool(AWSHTTPConnectionPool):  # type: ignore[misc]
+        ConnectionCls = HTTPConnection
+
+    class HTTPSPool(AWSHTTPSConnectionPool):  # type: ignore[misc]
+        ConnectionCls = HTTPSConnection
+
+    return {"http": HTTPPool, "https": HTTPSPool}
 
 
 def s3_error(exc: BaseException, *, bucket: str, key: str | None = None) -> JobError:
@@ -149,12 +218,36 @@ def s3_error(exc: BaseException, *, bucket: str, key: str | None = None) -> JobE
     return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"S3 request for {where} failed ({type(exc).__name__})")
 
 
-async def _call(fn: Callable[[], T], *, bucket: str, key: str | None = None) -> T:
-    """Run one blocking SDK call in a thread, its exceptions translated (`s3_error`)."""
-    try:
-        return await trio.to_thread.run_sync(fn)
-    except Exception as exc:
-        raise s3_error(exc, bucket=bucket, key=key) from exc
+def _endpoint_error(exc: Exception, settings: S3Settings, key: str | None) -> JobError:
+    """`s3_error` for an integration, where the endpoint is the user's choice.
+
+    An address the guard refuses is INTEGRATION_ACCESS_DENIED (the operator's setting
+    decides, retrying changes nothing). Every failure before an answer in S3's own error
+    format (refused or reset connection, timeout, a bare HTTP status or a body that is not
+    S3's XML) is the same transient error with the same message, so that trying endpoints
+    tells nothing about what listens where.
+    """
+    from botocore import exceptions as boto
+    from botocore.parsers import ResponseParserError
+
+    cause = exc.kwargs.get("error") if isinstance(exc, boto.HTTPClientError) else exc
+    if isinstance(cause, ssrf.AddressRefused):
+        what = f"is {cause.reason}" if cause.literal else f"resolves to {cause.reason}"
+        return PermanentJobError(
+            ErrorCode.INTEGRATION_ACCESS_DENIED,
+            f"The S3 endpoint {cause.host} {what}: docex does not connect to private, loopback or "
+            f"link-local addresses ({PRIVATE_NETWORKS_SETTING} is off)")
+    no_answer = boto.ConnectionError | boto.HTTPClientError | ResponseParserError | boto.IncompleteReadError
+    # S3 names its errors (NoSuchKey); for any other answer botocore has no code or a bare status.
+    code = str(exc.response.get("Error", {}).get("Code", "")) if isinstance(exc, boto.ClientError) else "-"
+    if isinstance(exc, no_answer | OSError) or not code or code.isdigit():
+        return _no_s3_answer()
+    return s3_error(exc, bucket=settings.bucket, key=key)
+
+
+def _no_s3_answer() -> TransientJobError:
+    return TransientJobError(ErrorCode.INTERNAL_ERROR, "No answer from an S3 service at the integration's endpoint: "
+                             "check endpointUrl, and that the service is up")
 
 
 class S3Source:
@@ -164,11 +257,24 @@ class S3Source:
         self.settings = settings
         self._client = client
 
+    async def _call(self, fn: Callable[[], T], *, key: str | None = None) -> T:
+        """Run one blocking SDK call in a thread, its exceptions translated (`_endpoint_error`)."""
+        try:
+            return await trio.to_thread.run_sync(fn)
+        except Exception as exc:
+            raise _endpoint_error(exc, self.settings, key) from exc
+
+    async def _list_page(self, **kwargs: Any) -> dict[str, Any]:
+        page: dict[str, Any] = await self._call(
+            functools.partial(self._client.list_objects_v2, Bucket=self.settings.bucket, **kwargs))
+        # botocore reads any well-formed XML (an HTML page too) as an empty listing; S3's names the bucket.
+        if page.get("Name") != self.settings.bucket:
+            raise _no_s3_answer()
+        return page
+
     async def test(self) -> None:
         """List one key under the prefix: that needs the right keys, bucket and region."""
-        bucket = self.settings.bucket
-        await _call(lambda: self._client.list_objects_v2(Bucket=bucket, Prefix=self.settings.folder_prefix(""),
-                                                         MaxKeys=1), bucket=bucket)
+        await self._list_page(Prefix=self.settings.folder_prefix(""), MaxKeys=1)
 
     @asynccontextmanager
     async def open(self, ref: FileRef) -> AsyncIterator[RemoteFile]:
@@ -176,11 +282,11 @@ class S3Source:
             raise PermanentJobError(ErrorCode.REMOTE_FILE_NOT_FOUND, "An S3 source names its object with `key`")
         bucket = self.settings.bucket
         key = self.settings.object_key(ref.folder_path or "", ref.key)
-        response = await _call(lambda: self._client.get_object(Bucket=bucket, Key=key), bucket=bucket, key=key)
+        response = await self._call(lambda: self._client.get_object(Bucket=bucket, Key=key), key=key)
         body = response["Body"]
 
         async def chunks() -> AsyncGenerator[bytes, None]:
-            while chunk := await _call(lambda: body.read(CHUNK_BYTES), bucket=bucket, key=key):
+            while chunk := await self._call(lambda: body.read(CHUNK_BYTES), key=key):
                 yield chunk
 
         stream = chunks()
@@ -207,15 +313,14 @@ class S3Source:
         return await self._list(base + prefix.lstrip("/"), limit)
 
     async def _list(self, prefix: str, limit: int) -> builtins.list[RemoteEntry]:
-        bucket = self.settings.bucket
         base = self.settings.folder_prefix("")
         found: builtins.list[RemoteEntry] = []
         token: str | None = None
         while len(found) <= limit:
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix, "MaxKeys": 1000}
+            kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
             if token:
                 kwargs["ContinuationToken"] = token
-            page = await _call(functools.partial(self._client.list_objects_v2, **kwargs), bucket=bucket)
+            page = await self._list_page(**kwargs)
             for item in page.get("Contents", []):
                 key = str(item["Key"])
                 if key.endswith("/"):
@@ -229,9 +334,11 @@ class S3Source:
 
 
 @asynccontextmanager
-async def open_s3_source(settings: S3Settings) -> AsyncIterator[S3Source]:
-    """An `S3Source` with its own client, closed when the block exits."""
-    client = await trio.to_thread.run_sync(make_client, settings)
+async def open_s3_source(settings: S3Settings, *, allow_private_networks: bool) -> AsyncIterator[S3Source]:
+    """An `S3Source` with its own client, closed when the block exits; its connections pass
+    the SSRF guard unless `allow_private_networks`."""
+    client = await trio.to_thread.run_sync(
+        functools.partial(make_client, settings, guarded=not allow_private_networks))
     try:
         yield S3Source(settings, client)
     finally:

@@ -87,7 +87,8 @@ async def _open(services: Services, row: Any) -> AsyncIterator[RemoteSource]:
         raise PermanentJobError(code, f"The credentials of integration {row.id} cannot be decrypted "
                                 "(was WEBHOOK_ENCRYPTION_KEY changed?): connect it again") from exc
     if row.provider == Provider.S3:
-        async with open_s3_source(s3_settings(row, secrets)) as s3:
+        async with open_s3_source(s3_settings(row, secrets),
+                                  allow_private_networks=config.integrations.allow_private_networks) as s3:
             yield s3
         return
     if not config.google.configured:

@@ -1,14 +1,22 @@
-"""The SSRF guard: which addresses a delivery may connect to, decided at send time.
+"""The SSRF guard: which addresses a connection chosen by a user may reach, decided when
+it is made. One guard for every such connection: webhook deliveries (``sender``) and S3
+integration endpoints (``daemon.integrations.s3``), each with its own operator setting.
 
-A webhook URL is chosen by a user of the API, so without a guard the daemon
-would POST wherever that user points it: its own loopback services, the
-cloud metadata address (169.254.169.254), the private network behind it.
-Each attempt therefore resolves the host itself, refuses every address that
-is not globally routable, and hands back the address it checked; the sender
-connects to that address and no other, so a DNS answer that changes between
-the check and the connection (rebinding) changes nothing.
+A webhook URL or an S3 endpoint is chosen by a user of the API, so without a
+guard the daemon would connect wherever that user points it: its own
+loopback services, the cloud metadata address (169.254.169.254), the private
+network behind it. Each connection therefore resolves the host itself,
+refuses every address that is not globally routable, and hands back the
+address it checked; the caller connects to that address and no other, so a
+DNS answer that changes between the check and the connection (rebinding)
+changes nothing. `resolve` is for trio code, `resolve_blocking` for code that
+already runs in a worker thread (boto3's connections).
 
-Refused unless ``webhooks.allow_private_networks``: loopback, private (RFC
+A literal host is read the way the system resolver reads it, so the numeric
+spellings of IPv4 (``127.1``, ``0x7f000001``, ``2130706433``, ``0177.0.0.1``)
+are the addresses they stand for, not names.
+
+Refused unless the setting allows private networks: loopback, private (RFC
 1918, ULA fc00::/7, CGNAT 100.64/10), link-local (169.254/16, fe80::/10),
 multicast, unspecified, reserved and documentation ranges, and IPv6 forms
 that embed such an IPv4 address (IPv4-mapped ::ffff:0:0/96, IPv4-compatible
@@ -18,7 +26,10 @@ that embed such an IPv4 address (IPv4-mapped ::ffff:0:0/96, IPv4-compatible
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
+from collections.abc import Iterable
+from typing import Any
 
 import trio
 
@@ -30,8 +41,22 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _COMPAT = ipaddress.ip_network("::/96")
 
 
+# What inet_aton (and so getaddrinfo) reads as an IPv4 address: digits, hex and dots only.
+_NUMERIC_IPV4 = re.compile(r"[0-9a-fA-FxX.]+")
+WEBHOOKS_SETTING = "webhooks.allow_private_networks"
+
+
 class AddressRefused(DocexError):
-    """The host resolves only to addresses a delivery may not reach."""
+    """The host resolves only to addresses a connection may not reach.
+
+    `host` as given, `address` the first one it stands for, `reason` why that is refused
+    ("a loopback address"), `literal` whether the host was an address itself.
+    """
+
+    def __init__(self, host: str, address: IPAddress, reason: str, *, literal: bool, setting: str) -> None:
+        where = f"{address} is" if literal else f"{host} resolves to {address},"
+        super().__init__(f"refused to connect: {where} {reason} ({setting} is off)")
+        self.host, self.address, self.reason, self.literal = host, address, reason, literal
 
 
 class ResolutionFailed(DocexError):
@@ -71,38 +96,76 @@ def refusal(ip: IPAddress) -> str | None:
 
 
 def parse_ip(host: str) -> IPAddress | None:
-    """`host` as an IP address if it is a literal one (brackets and zone allowed), else None."""
+    """`host` as an IP address if it is a literal one (brackets and zone allowed, and every
+    IPv4 spelling the resolver accepts), else None."""
+    bare = host.strip("[]").split("%", 1)[0]
     try:
-        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+        return ipaddress.ip_address(bare)
     except ValueError:
-        return None
-
-
-async def resolve(host: str, port: int, *, allow_private: bool) -> IPAddress:
-    """The address to connect to for `host`: the first one it resolves to that is allowed.
-
-    Raises:
-        ResolutionFailed: the name does not resolve.
-        AddressRefused: every address it resolves to is refused (the message names one and why).
-    """
-    literal = parse_ip(host)
-    if literal is not None:
-        candidates = [literal]
-    else:
+        pass
+    if _NUMERIC_IPV4.fullmatch(bare):
         try:
-            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-        except (socket.gaierror, UnicodeError) as exc:
-            raise ResolutionFailed(f"DNS lookup of {host} failed ({exc})") from exc
-        candidates = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
-        if not candidates:
-            raise ResolutionFailed(f"DNS lookup of {host} returned no address")
+            return ipaddress.IPv4Address(socket.inet_aton(bare))
+        except OSError:
+            return None
+    return None
+
+
+def literal_refused(host: str) -> bool:
+    """Whether `host` is refused without a lookup: ``localhost`` (and its subdomains, which
+    resolvers answer locally) or a literal address that is refused. For the checks at
+    creation time; a name is checked again whenever it is resolved."""
+    name = host.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    literal = parse_ip(name)
+    return literal is not None and refusal(literal) is not None
+
+
+def _addresses(infos: Iterable[tuple[Any, ...]]) -> list[IPAddress]:
+    return [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+
+
+def _choose(host: str, literal: IPAddress | None, candidates: list[IPAddress], *, allow_private: bool,
+            setting: str) -> IPAddress:
+    if not candidates:
+        raise ResolutionFailed(f"DNS lookup of {host} returned no address")
     if allow_private:
         return candidates[0]
     for ip in candidates:
         if refusal(ip) is None:
             return ip
     first = candidates[0]
-    where = f"{first} is" if literal is not None else f"{host} resolves to {first},"
-    raise AddressRefused(
-        f"refused to connect: {where} {refusal(first)} (webhooks.allow_private_networks is off)"
-    )
+    reason = refusal(first)
+    assert reason is not None
+    raise AddressRefused(host, first, reason, literal=literal is not None, setting=setting)
+
+
+async def resolve(host: str, port: int, *, allow_private: bool, setting: str = WEBHOOKS_SETTING) -> IPAddress:
+    """The address to connect to for `host`: the first one it resolves to that is allowed.
+
+    Raises:
+        ResolutionFailed: the name does not resolve.
+        AddressRefused: every address it resolves to is refused (the message names one and
+            why, and `setting`, the operator setting that would allow it).
+    """
+    literal = parse_ip(host)
+    if literal is not None:
+        return _choose(host, literal, [literal], allow_private=allow_private, setting=setting)
+    try:
+        infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ResolutionFailed(f"DNS lookup of {host} failed ({exc})") from exc
+    return _choose(host, None, _addresses(infos), allow_private=allow_private, setting=setting)
+
+
+def resolve_blocking(host: str, port: int, *, allow_private: bool, setting: str) -> IPAddress:
+    """`resolve` for code running in a worker thread (it blocks on the system resolver)."""
+    literal = parse_ip(host)
+    if literal is not None:
+        return _choose(host, literal, [literal], allow_private=allow_private, setting=setting)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ResolutionFailed(f"DNS lookup of {host} failed ({exc})") from exc
+    return _choose(host, None, _addresses(infos), allow_private=allow_private, setting=setting)

@@ -49,14 +49,9 @@ def url_problems(url: str, *, allow_http: bool, allow_private: bool) -> list[str
         problems.append("url must use https (plain http is off: webhooks.allow_http)")
     if parsed.userinfo:
         problems.append("url must not contain a user name or password (send credentials in customHeaders)")
-    if not allow_private:
-        host = parsed.host.lower().rstrip(".")
-        literal = ssrf.parse_ip(host)
-        if host == "localhost" or host.endswith(".localhost") or (
-            literal is not None and ssrf.refusal(literal) is not None
-        ):
-            problems.append("url must not point to a private, loopback or link-local address "
-                            "(webhooks.allow_private_networks is off)")
+    if not allow_private and ssrf.literal_refused(parsed.host):
+        problems.append("url must not point to a private, loopback or link-local address "
+                        "(webhooks.allow_private_networks is off)")
     return problems
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from daemon.config import Secret
+from daemon.config import Config, Secret
 from daemon.services import Services
 
 
@@ -61,3 +61,15 @@ def with_google(services: Services, base_url: str, *, client_id: str = "docex-cl
 def with_retry_backoff(services: Services, ms: int = 10) -> None:
     services.config = dataclasses.replace(services.config, jobs=dataclasses.replace(
         services.config.jobs, retry_backoff_initial_ms=ms))
+
+
+def with_private_networks(services: Services, allowed: bool = True) -> None:
+    """Set ``integrations.allow_private_networks`` (the operator's setting; off by default)."""
+    services.config = private_networks(services.config, allowed)
+
+
+def private_networks(config: Config, allowed: bool = True) -> Config:
+    """`config` with ``integrations.allow_private_networks`` set. The tests' S3 servers listen on
+    loopback, so the modules that use them turn it on in their `config` fixture."""
+    return dataclasses.replace(config, integrations=dataclasses.replace(
+        config.integrations, allow_private_networks=allowed))

@@ -9,12 +9,18 @@ stack. Runs on SQLite and PostgreSQL.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 from typing import Any
 
 import pytest
-from integrations_helpers import create_s3, post_source_job, post_source_run, with_retry_backoff
+from integrations_helpers import (
+    create_s3,
+    post_source_job,
+    post_source_run,
+    private_networks,
+)
 from jobs_helpers import (
     GARBAGE,
     INVOICE_RESULT,
@@ -33,14 +39,18 @@ from jobs_helpers import (
 from webhook_receiver import Received, Reply, open_receiver
 
 from daemon.clock import utcnow
+from daemon.config import Config
 from daemon.storage.repos import jobs as repo
 
 DONE = ("COMPLETED", "FAILED", "CANCELLED")
 
 
-@pytest.fixture(autouse=True)
-def fast_retries(services: Any) -> None:
-    with_retry_backoff(services, 10)
+@pytest.fixture
+def config(config: Config) -> Config:
+    """The S3 servers of these tests listen on loopback: the operator's setting lets them in.
+    Retries wait 10 ms. (Set here: an autouse fixture that takes `services` is not run by pytest-trio.)"""
+    fast = dataclasses.replace(config, jobs=dataclasses.replace(config.jobs, retry_backoff_initial_ms=10))
+    return private_networks(fast)
 
 
 async def _job(client: Any, auth: dict[str, str], schema_id: str, source: dict[str, Any]) -> dict[str, Any]:

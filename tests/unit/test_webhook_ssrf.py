@@ -6,7 +6,15 @@ import ipaddress
 
 import pytest
 
-from daemon.webhooks.ssrf import AddressRefused, ResolutionFailed, parse_ip, refusal, resolve
+from daemon.webhooks.ssrf import (
+    AddressRefused,
+    ResolutionFailed,
+    literal_refused,
+    parse_ip,
+    refusal,
+    resolve,
+    resolve_blocking,
+)
 
 REFUSED = {
     "127.0.0.1": "loopback",
@@ -83,3 +91,37 @@ async def test_a_public_literal_is_returned_as_is() -> None:
 async def test_a_name_that_does_not_resolve_is_a_resolution_failure() -> None:
     with pytest.raises(ResolutionFailed, match=r"DNS lookup of no-such-host\.invalid failed"):
         await resolve("no-such-host.invalid", 443, allow_private=False)
+
+
+@pytest.mark.parametrize("spelling", ["127.1", "0x7f000001", "2130706433", "0177.0.0.1", "0x7f.1", "127.0.0.1"])
+def test_numeric_ipv4_spellings_are_the_address_the_resolver_reads(spelling: str) -> None:
+    assert parse_ip(spelling) == ipaddress.ip_address("127.0.0.1")
+
+
+@pytest.mark.parametrize("name", ["dead.beef", "abc.de", "example.com", "1e100.net", "0x7f000001.example"])
+def test_names_that_look_numeric_stay_names(name: str) -> None:
+    assert parse_ip(name) is None
+
+
+@pytest.mark.parametrize("host", ["localhost", "LOCALHOST.", "api.localhost", "127.1", "0x7f000001", "2130706433",
+                                  "[::1]", "::ffff:127.0.0.1", "169.254.169.254", "10.0.0.1", "100.64.0.1"])
+def test_literal_refused_without_a_lookup(host: str) -> None:
+    assert literal_refused(host)
+
+
+@pytest.mark.parametrize("host", ["8.8.8.8", "minio.example.com", "[2606:4700:4700::1111]"])
+def test_public_literals_and_names_pass_the_creation_check(host: str) -> None:
+    assert not literal_refused(host)
+
+
+@pytest.mark.parametrize("host", ["127.1", "0x7f000001", "localhost", "::1"])
+def test_the_blocking_resolver_refuses_the_same_and_names_the_setting(host: str) -> None:
+    with pytest.raises(AddressRefused, match=r"integrations\.allow_private_networks is off") as caught:
+        resolve_blocking(host, 443, allow_private=False, setting="integrations.allow_private_networks")
+    assert caught.value.reason == "a loopback address" and caught.value.address.is_loopback
+    assert resolve_blocking(host, 443, allow_private=True, setting="x").is_loopback
+
+
+async def test_the_async_resolver_reads_numeric_spellings_too() -> None:
+    with pytest.raises(AddressRefused, match=r"^refused to connect: 127\.0\.0\.1 is a loopback address"):
+        await resolve("0x7f000001", 443, allow_private=False)
