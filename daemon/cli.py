@@ -184,7 +184,7 @@ def _create_user(args: argparse.Namespace) -> None:
     try:
         user = trio.run(create)
     except ApiError as exc:
-        raise SystemExit(f"docex: {exc.message}") from None
+        raise SystemExit(f"docex: {exc}") from None
     print(json.dumps({"id": user.id, "email": user.email, "name": user.name, "role": user.role}))
 
 

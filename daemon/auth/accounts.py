@@ -13,8 +13,9 @@ from typing import Any
 from sqlalchemy.engine import Row
 
 from daemon.auth import passwords, tokens
+from daemon.auth.emails import MAX_KEY_LENGTH, email_key, look_alike
 from daemon.clock import utcnow
-from daemon.errors import Forbidden, Unauthorized
+from daemon.errors import BadRequest, Forbidden, Unauthorized
 from daemon.services import Services
 from daemon.storage.repos import accounts
 from daemon.storage.repos.accounts import Role, RotateOutcome
@@ -62,7 +63,13 @@ async def _new_session(services: Services, user: Row[Any], client: Client, now: 
 
 async def create_user(services: Services, *, name: str, email: str, password: str,
                       role: Role | None = None, ignore_registration: bool = False) -> Row[Any]:
-    """Raises Conflict (e-mail taken) or Forbidden (registration closed)."""
+    """Raises BadRequest (a look-alike spelling, or an address too long once normalised),
+    Conflict (e-mail taken, in any spelling) or Forbidden (registration closed)."""
+    plain = look_alike(email)
+    if plain is not None:
+        raise BadRequest([f"email must be written with plain characters (as {plain})"])
+    if len(email_key(email)) > MAX_KEY_LENGTH:
+        raise BadRequest([f"email must be shorter than or equal to {MAX_KEY_LENGTH} characters once normalised"])
     password_hash = await passwords.hash_password(password, services.config.auth.bcrypt_rounds)
     return await services.db.run(
         accounts.create_user, email=email, name=name, password_hash=password_hash, now=utcnow(),

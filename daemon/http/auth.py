@@ -12,6 +12,7 @@ from quart import Blueprint, Response, request
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 
 from daemon.auth import accounts
+from daemon.auth.emails import email_key
 from daemon.auth.guard import current_principal, jwt_only, public
 from daemon.auth.passwords import MAX_PASSWORD_BYTES
 from daemon.clock import iso, utcnow
@@ -189,7 +190,7 @@ async def register(data: RegisterBody) -> tuple[dict[str, Any], int]:
 @document_response(TokenPairOut)
 async def login(data: LoginBody) -> dict[str, Any]:
     """Exchange e-mail and password for a token pair."""
-    await enforce_limit("login", f"email:{data.email.lower()}")
+    await enforce_limit("login", f"email:{email_key(data.email)}")  # every spelling shares one limit
     return pair_json(await accounts.login(services(), email=data.email, password=data.password, client=this_client()))
 
 

@@ -51,7 +51,7 @@ users = sa.Table(
     metadata,
     _id(primary_key=True),
     sa.Column("email", sa.String(320), nullable=False),
-    # Lower-cased e-mail: accounts are unique case-insensitively.
+    # daemon.auth.emails.email_key(email): one account for every spelling of an address.
     sa.Column("email_key", sa.String(320), nullable=False, unique=True),
     sa.Column("name", sa.String(100), nullable=False),
     sa.Column("password_hash", sa.String(100), nullable=False),

@@ -12,6 +12,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
+from daemon.auth.emails import email_key
 from daemon.errors import Conflict, Forbidden
 from daemon.storage.ids import new_id
 from daemon.storage.tables import api_keys, sessions, users
@@ -38,7 +39,7 @@ def create_user(conn: Connection, *, email: str, name: str, password_hash: str, 
 
     Raises:
         Forbidden: registration is closed and an account exists.
-        Conflict: the e-mail is taken (case-insensitively).
+        Conflict: the e-mail is taken (in any spelling of it: `email_key`).
     """
     if conn.dialect.name == "postgresql":
         # Serialise registrations so exactly one "first account" becomes ADMIN.
@@ -46,11 +47,12 @@ def create_user(conn: Connection, *, email: str, name: str, password_hash: str, 
     any_user = conn.execute(sa.select(users.c.id).limit(1)).first() is not None
     if any_user and not registration_open:
         raise Forbidden("Registration is closed")
-    if conn.execute(sa.select(users.c.id).where(users.c.email_key == email.lower())).first():
+    key = email_key(email)
+    if conn.execute(sa.select(users.c.id).where(users.c.email_key == key)).first():
         raise Conflict("An account with this email already exists")
     user_id = new_id()
     row = {
-        "id": user_id, "email": email, "email_key": email.lower(), "name": name,
+        "id": user_id, "email": email, "email_key": key, "name": name,
         "password_hash": password_hash, "role": role or (Role.USER if any_user else Role.ADMIN),
         "disabled": False, "created_at": now, "updated_at": now,
     }
@@ -66,7 +68,7 @@ def get_user(conn: Connection, user_id: str) -> Row[Any] | None:
 
 
 def find_user_by_email(conn: Connection, email: str) -> Row[Any] | None:
-    return conn.execute(sa.select(users).where(users.c.email_key == email.lower())).first()
+    return conn.execute(sa.select(users).where(users.c.email_key == email_key(email))).first()
 
 
 def list_users(conn: Connection, limit: int, cursor: str | None) -> list[Row[Any]]:
