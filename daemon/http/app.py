@@ -15,7 +15,7 @@ from quart_trio import QuartTrio
 
 from daemon import __version__
 from daemon.auth.guard import install_guard
-from daemon.http import admin, auth, integrations, jobs, ops, schemas, webhooks
+from daemon.http import admin, auth, docs, integrations, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
 from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request
 from daemon.jobs.pool import refresh_job_gauges
@@ -46,7 +46,7 @@ def create_app(services: Services) -> QuartTrio:
     QuartSchema(
         app,
         openapi_path="/api/openapi.json",
-        swagger_ui_path="/api/docs",
+        swagger_ui_path=None,  # quart-schema's page loads Swagger UI from a CDN; ours is in daemon.http.docs
         redoc_ui_path=None,
         scalar_ui_path=None,
         info={"title": "docex", "version": __version__,
@@ -61,7 +61,7 @@ def create_app(services: Services) -> QuartTrio:
     install_guard(app, services)  # after the request id, so refusals carry one too
     services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
     for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint,
-                      webhooks.blueprint, integrations.blueprint):
+                      webhooks.blueprint, integrations.blueprint, docs.blueprint):
         app.register_blueprint(blueprint)
     return app
 

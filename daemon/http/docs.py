@@ -1,0 +1,87 @@
+"""The API documentation page (`/api/docs`): Swagger UI served from the package.
+
+quart-schema's own page loads Swagger UI from a CDN, so on a server without
+internet it is blank. We ship the viewer's files (daemon/http/static/swagger-ui,
+see its README.md) and serve them here under a path that carries their version,
+so browsers may cache them for a year and a refreshed copy gets a new URL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+from quart import Blueprint, Response, abort, render_template_string, request, url_for
+from quart_schema import hide
+
+from daemon.auth.guard import public
+
+# Must match the vendored files; daemon/http/static/swagger-ui/README.md says how to refresh both.
+SWAGGER_UI_VERSION = "5.35.0"
+ASSET_DIR = Path(__file__).parent / "static" / "swagger-ui"
+# The files the page loads, with their content types (not guessed: Python's guess for .js varies by version).
+ASSETS = {
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui.css": "text/css",
+    "favicon-32x32.png": "image/png",
+}
+ONE_YEAR_SECONDS = 365 * 24 * 3600
+
+blueprint = Blueprint("docs", __name__)
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+  <meta charset="utf-8">
+  <title>docex API</title>
+  <link rel="icon" type="image/png" href="{{ asset('favicon-32x32.png') }}">
+  <link rel="stylesheet" href="{{ asset('swagger-ui.css') }}">
+</head>
+<body>
+  <div id="swagger-ui"></div>
+  <script src="{{ asset('swagger-ui-bundle.js') }}"></script>
+  <script>
+    SwaggerUIBundle({
+      url: {{ openapi_url|tojson }},
+      dom_id: "#swagger-ui",
+      deepLinking: true,
+      layout: "BaseLayout",
+      presets: [SwaggerUIBundle.presets.apis],
+      // Swagger UI otherwise sends the document to validator.swagger.io for a badge.
+      validatorUrl: null
+    });
+  </script>
+</body>
+</html>
+"""
+
+
+def _asset_url(name: str) -> str:
+    return url_for("docs.swagger_ui_asset", version=SWAGGER_UI_VERSION, name=name)
+
+
+@blueprint.get("/api/docs")
+@public
+@hide
+async def swagger_ui() -> str:
+    return await render_template_string(PAGE, asset=_asset_url, openapi_url=url_for("openapi"))
+
+
+@blueprint.get("/api/docs/swagger-ui/<version>/<name>")
+@public
+@hide
+async def swagger_ui_asset(version: str, name: str) -> Response:
+    content_type = ASSETS.get(name)
+    if version != SWAGGER_UI_VERSION or content_type is None:
+        abort(404)
+    # Read whole, in one worker-thread hop: a file body would take two hops per 8 KiB chunk (about 400
+    # for the bundle), and browsers fetch these files once a year.
+    data = await trio.Path(ASSET_DIR / name).read_bytes()
+    response = Response(data, mimetype=content_type)
+    # The URL names the version, so the file behind it never changes.
+    response.cache_control.public = True
+    response.cache_control.max_age = ONE_YEAR_SECONDS
+    response.cache_control.immutable = True
+    response.set_etag(f"{SWAGGER_UI_VERSION}-{name}")
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return await response.make_conditional(request)

@@ -1,0 +1,101 @@
+"""`/api/docs` renders in a real browser with the network blocked (a server without internet).
+
+Debian's headless chromium, driven by Playwright's sync API (its async API needs
+asyncio, and these tests run under trio, so the test function is a plain one),
+loads the page from a real `docex serve`. Every request to another host is
+aborted and recorded: there must be none, and the page must list every operation
+of the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import Daemon
+from e2e_helpers import QUICK_ENV, STARTUP
+
+sync_api = pytest.importorskip(
+    "playwright.sync_api", reason="needs the pip package `playwright` (pip install -e '.[test]')"
+)
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run",
+    # A second wall behind the route below: no name resolves except the docex server's address,
+    # so a request that escaped the route would fail (and the page would not render) rather than go out.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+]
+RENDER_TIMEOUT_MS = 30_000  # a 1.7 MB bundle parsed on a busy 2-core machine
+
+
+def wait_until_serving(daemon: Daemon) -> None:
+    deadline = time.monotonic() + STARTUP
+    while True:
+        try:
+            if httpx.get(daemon.url("/api/health"), timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if daemon.proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"docex did not answer /api/health\n{daemon.describe()}")
+        time.sleep(0.05)
+
+
+def test_api_docs_render_every_operation_without_network(start_daemon: Callable[..., Daemon],
+                                                         tmp_path: Path) -> None:
+    if not CHROMIUM.exists():
+        pytest.skip("needs Debian's package `chromium` (apt-get install chromium): /usr/bin/chromium is missing")
+    daemon = start_daemon(env=QUICK_ENV)
+    wait_until_serving(daemon)
+    origin = daemon.url("")
+    operations = {
+        (method.upper(), path)
+        for path, item in httpx.get(daemon.url("/api/openapi.json")).json()["paths"].items()
+        for method in item
+    }
+    outside: list[str] = []
+    served: list[str] = []
+    page_errors: list[str] = []
+
+    def only_docex(route: Any) -> None:
+        url = route.request.url
+        if url.startswith(origin + "/"):
+            served.append(url.removeprefix(origin))
+            route.continue_()
+        else:
+            outside.append(url)
+            route.abort()
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(viewport={"width": 1280, "height": 900})
+            context.route("**/*", only_docex)
+            page = context.new_page()
+            page.on("pageerror", lambda error: page_errors.append(str(error)))
+            page.goto(daemon.url("/api/docs"), wait_until="networkidle", timeout=RENDER_TIMEOUT_MS)
+            assert outside == [], f"the page tried to reach other hosts: {outside}"
+            page.locator('.opblock-summary-path[data-path="/api/jobs"]').first.wait_for(timeout=RENDER_TIMEOUT_MS)
+            listed = {
+                (block.locator(".opblock-summary-method").inner_text().strip().upper(),
+                 block.locator(".opblock-summary-path").get_attribute("data-path"))
+                for block in page.locator(".opblock").all()
+            }
+            title = page.locator(".info .title").inner_text()
+            page.screenshot(path=tmp_path / "api-docs.png", full_page=True)
+        finally:
+            browser.close()
+
+    assert outside == [], f"the page tried to reach other hosts: {outside}"
+    assert page_errors == []
+    assert listed == operations
+    assert ("POST", "/api/jobs") in listed and ("GET", "/api/jobs") in listed
+    assert title.startswith("docex")
+    # The viewer itself came from docex, under its versioned path.
+    assert any(url.startswith("/api/docs/swagger-ui/") and url.endswith("/swagger-ui-bundle.js") for url in served)
