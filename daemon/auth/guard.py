@@ -27,7 +27,7 @@ R = TypeVar("R")
 
 _PUBLIC = "_docex_public"
 # Routes quart-schema adds for the OpenAPI document and its viewer.
-_PUBLIC_ENDPOINTS = {"openapi", "swagger_ui", "static"}
+_PUBLIC_ENDPOINTS = {"openapi", "static"}
 
 
 def public(view: Callable[P, R]) -> Callable[P, R]:

@@ -17,12 +17,11 @@ from typing import Any
 import httpx
 import pytest
 from e2e_helpers import QUICK_ENV, STARTUP
+from system_requirements import require_program
 
-sync_api = pytest.importorskip(
+sync_api = pytest.importorskip(  # the test extra installs it: only a partial install lacks it
     "playwright.sync_api", reason="needs the pip package `playwright` (pip install -e '.[test]')"
 )
-
-CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
     "--disable-component-update", "--no-first-run",
@@ -48,8 +47,7 @@ def wait_until_serving(daemon: Any) -> None:
 
 def test_api_docs_render_every_operation_without_network(start_daemon: Callable[..., Any],
                                                          tmp_path: Path) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip("needs Debian's package `chromium` (apt-get install chromium): /usr/bin/chromium is missing")
+    chromium = require_program("chromium", debian_package="chromium")
     daemon = start_daemon(env=QUICK_ENV)
     wait_until_serving(daemon)
     origin = daemon.url("")
@@ -72,7 +70,7 @@ def test_api_docs_render_every_operation_without_network(start_daemon: Callable[
             route.abort()
 
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         try:
             context = browser.new_context(viewport={"width": 1280, "height": 900})
             context.route("**/*", only_docex)
