@@ -11,7 +11,7 @@ boundary between a parser worker and the trio thread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 # A gap wider than this many line heights separates two cells of one line
@@ -44,6 +44,10 @@ class Line:
     """Words that share a baseline, left to right."""
 
     words: tuple[Word, ...]
+    # (x1, y0, y1, height) of a line of several words, measured on first use: a
+    # provider asks them once per label near the line, and a line of a thousand
+    # cells must not be walked a thousand times.
+    _extent: tuple[float, float, float, float] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def text(self) -> str:
@@ -56,17 +60,17 @@ class Line:
     @property
     def x1(self) -> float:
         words = self.words
-        return words[0].x1 if len(words) == 1 else max([w.x1 for w in words])
+        return words[0].x1 if len(words) == 1 else self._measure()[0]
 
     @property
     def y0(self) -> float:
         words = self.words
-        return words[0].y0 if len(words) == 1 else min([w.y0 for w in words])
+        return words[0].y0 if len(words) == 1 else self._measure()[1]
 
     @property
     def y1(self) -> float:
         words = self.words
-        return words[0].y1 if len(words) == 1 else max([w.y1 for w in words])
+        return words[0].y1 if len(words) == 1 else self._measure()[2]
 
     @property
     def height(self) -> float:
@@ -74,8 +78,17 @@ class Line:
         if len(words) == 1:
             only = words[0]
             return max(only.y1 - only.y0, 1e-6)
-        heights = sorted([w.y1 - w.y0 for w in words])
-        return max(heights[len(heights) // 2], 1e-6)
+        return self._measure()[3]
+
+    def _measure(self) -> tuple[float, float, float, float]:
+        extent = self._extent
+        if extent is None:
+            words = self.words
+            heights = sorted([w.y1 - w.y0 for w in words])
+            extent = (max([w.x1 for w in words]), min([w.y0 for w in words]), max([w.y1 for w in words]),
+                      max(heights[len(heights) // 2], 1e-6))
+            object.__setattr__(self, "_extent", extent)  # frozen, but a cache of its own words
+        return extent
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ quality), times the OCR confidence of the words it came from.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
 from collections import Counter
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.extraction.document import Document
+from daemon.extraction.document import Document, Word
 from daemon.extraction.parsers.scanned import readings_of
 from daemon.extraction.providers.rules.labels import (
     PAYMENT_CONCEPTS,
@@ -65,6 +66,13 @@ _FILLERS = word_set(
 _WORD = re.compile(r"[^\W\d_][\w'.\-/]*", re.UNICODE)
 # How far below a label its value may be, in lines.
 _BELOW_LINES = 4
+# How far to the right of a label its value may be: this many cells, and this
+# many characters of the label's own cell on either side of it. Without a
+# reach, every label of a line would read the whole rest of its line: a table
+# row of a thousand "Total" cells (a 60 KB HTML page) took minutes, growing with
+# the square of its length. A row of amounts after a total label has a handful.
+_CELLS_RIGHT = 16
+_CELL_REACH = 200
 
 
 @dataclass
@@ -132,6 +140,7 @@ class Engine:
         self.ocr = any(page.ocr for page in document.pages)
         self._found: dict[tuple[str, str], Candidate | None] = {}
         self._memo: dict[str, object] = {}
+        self._dates: dict[int, tuple[list[tuple[int, int]], list[int], list[int]]] = {}
 
     def memo(self, key: str) -> object:
         """What `remember` kept under `key` for this document (None if nothing)."""
@@ -226,7 +235,7 @@ class Engine:
         """Qualifiers in the label's cell before the label ("Sub total", "Due date")."""
         cell = ref.cell_at(start)
         cell_start, _ = ref.cell_span(cell)
-        before = _words(ref.folded[cell_start:start])[-3:]
+        before = _words(_reach_back(ref.folded, cell_start, start))[-3:]
         if labels.positives and self._any_positive(before, labels):
             return False
         return any(w in labels.negatives for w in before)
@@ -255,9 +264,10 @@ class Engine:
         cell = ref.cell_at(start)
         _, cell_end = ref.cell_span(cell)
         cells = len(ref.line.words)
-        # The rest of the label's cell, then the following cells.
-        segments: list[tuple[int, int]] = [(end, max(end, cell_end))]
-        for index in range(ref.cell_at(end) + 1 if end < cell_end else cell + 1, cells):
+        # The rest of the label's cell, then the following cells (within reach).
+        segments: list[tuple[int, int]] = [(end, max(end, min(cell_end, end + _CELL_REACH)))]
+        first = ref.cell_at(end) + 1 if end < cell_end else cell + 1
+        for index in range(first, min(cells, first + _CELLS_RIGHT)):
             segments.append(ref.cell_span(index))
         if kind in ("amount", "integer"):
             return self._amount_right(spec, ref, start, end, segments, weight)
@@ -285,7 +295,7 @@ class Engine:
     def _amount_right(self, spec: FieldSpec, ref: LineRef, start: int, end: int, segments: list[tuple[int, int]],
                       weight: float) -> Candidate | None:
         values: list[tuple[int, Found]] = []
-        dates = [(d.start, d.end) for d in find_dates(ref.text, self.layout.date_order)]
+        dates = self._dates_between(ref, start, segments[-1][1])
         # OCR misreads a currency or a colon between label and amount ("Total  Ri  =86.00"):
         # one short unknown word there is let through.
         stray = 1 if self.layout.pages[ref.page].page.ocr else 0
@@ -318,10 +328,21 @@ class Engine:
             s, value = values[-1] if spec.labels.last else values[0]
         return self._candidate(spec, ref, s + value.start, s + value.end, value, weight * factor)
 
+    def _dates_between(self, ref: LineRef, start: int, end: int) -> list[tuple[int, int]]:
+        """The spans of the dates of `ref`'s line that overlap [start, end) (the
+        line's dates are found once, whatever the number of labels on it)."""
+        if ref.order not in self._dates:
+            spans = [(d.start, d.end) for d in find_dates(ref.text, self.layout.date_order)]
+            spans.sort()
+            self._dates[ref.order] = (spans, [s for s, _ in spans], [e for _, e in spans])
+        spans, starts, ends = self._dates[ref.order]
+        # Dates found in one text do not overlap: sorted by start, they are sorted by end.
+        return spans[bisect.bisect_right(ends, start) : bisect.bisect_left(starts, end)]
+
     def _below(self, spec: FieldSpec, ref: LineRef, start: int, end: int, weight: float) -> Candidate | None:
         cell = ref.cell_at(start)
         _, cell_end = ref.cell_span(cell)
-        rest = ref.text[end:cell_end].strip(" :.#-–|")
+        rest = ref.text[end : min(cell_end, end + _CELL_REACH)].strip(" :.#-–|")
         word = ref.line.words[cell]
         if rest and _words(fold(rest)):
             if self._gap_factor(fold(rest), spec.labels) is None:
@@ -336,9 +357,13 @@ class Engine:
         for below in self.layout.below(ref, _BELOW_LINES):
             if below.line.y0 - ref.line.y1 > 4 * height:
                 break
-            for index, other in enumerate(below.line.words):
-                if other.x1 < x0 - slack or other.x0 > x1 + slack:
-                    continue
+            words = below.line.words
+            # A line's words run left to right without overlapping (closer ones are one
+            # phrase), so their right edges are sorted: skip those left of the label at once.
+            for index in range(bisect.bisect_left(words, x0 - slack, key=_right_edge), len(words)):
+                other = words[index]
+                if other.x0 > x1 + slack:
+                    break
                 s, e = below.cell_span(index)
                 values = self.values_in(spec, below.text[s:e])
                 if spec.value_kind == "date":
@@ -385,7 +410,7 @@ class Engine:
         # names the number ("due in 30 days 11/03/2018" is still due).
         cell = ref.cell_at(offset)
         cell_start, _ = ref.cell_span(cell)
-        text = ref.folded[cell_start:offset]
+        text = _reach_back(ref.folded, cell_start, offset)
         references = list(_REFERENCE.finditer(text))
         if references:
             text = text[references[-1].end() :]
@@ -774,6 +799,19 @@ def _words(text: str) -> list[str]:
 def _is_percent(text: str, value: Found) -> bool:
     """"6.00%" is a rate, not an amount."""
     return text[value.end : value.end + 2].lstrip().startswith("%")
+
+
+def _reach_back(text: str, start: int, end: int) -> str:
+    """``text[start:end]``, or only its last `_CELL_REACH` characters from a
+    word boundary on (the words just before a label or value qualify it)."""
+    if end - start <= _CELL_REACH:
+        return text[start:end]
+    cut = text[end - _CELL_REACH : end]
+    return cut[cut.find(" ") + 1 :]
+
+
+def _right_edge(word: Word) -> float:
+    return word.x1
 
 
 def _strip_spans(text: str, start: int, end: int, spans: list[tuple[int, int]]) -> str:

@@ -14,6 +14,7 @@ character span they came from, so the caller can point at their boxes:
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
 import unicodedata
@@ -138,18 +139,23 @@ def numeric_date_orders(text: str) -> tuple[int, int]:
 def find_dates(text: str, order: DateOrder = DateOrder.DMY) -> list[Found]:
     """Every date in `text`, as `datetime.date`, in order of appearance."""
     found: list[Found] = []
-    taken: list[tuple[int, int]] = []
+    # The spans taken so far, which never overlap: sorted by start, so by end too
+    # (a line of thousands of dates is not searched once per date).
+    starts: list[int] = []
+    ends: list[int] = []
 
     def add(date: dt.date | None, match: re.Match[str], quality: float) -> None:
         if date is None:
             return
         if date.year > _LATEST_LIKELY_YEAR:
             quality *= 0.5  # far in the future: more likely a misread digit
-        span = match.span()
-        if any(s < span[1] and span[0] < e for s, e in taken):
+        start, end = match.span()
+        after = bisect.bisect_right(ends, start)  # the first taken span ending after this one starts
+        if after < len(starts) and starts[after] < end:
             return
-        taken.append(span)
-        found.append(Found(date, span[0], span[1], quality))
+        starts.insert(after, start)
+        ends.insert(after, end)
+        found.append(Found(date, start, end, quality))
 
     folded = fold(text)
     for match in _DAY_MONTH_YEAR.finditer(folded):
