@@ -204,6 +204,15 @@ class ExtractionConfig:
     provider: str = _setting("rules", doc="rules | openai | anthropic")
     ocr_engine: str = _setting("tesseract", doc="tesseract | rapidocr (pip install 'docex[rapidocr]')")
     ocr_languages: str = _setting("eng", doc="tesseract's languages, e.g. eng+deu")
+    # Limits on every parse (README "Extraction"): a document over one fails with
+    # PARSE_TIMEOUT, PARSE_OUT_OF_MEMORY or DOCUMENT_TOO_LARGE, naming the setting.
+    parse_timeout_s: int = _setting(600, doc="wall time per document; its parser process is killed")
+    max_memory_bytes: int = _setting(2 * 1024**3, doc="address space of a parser process (RLIMIT_AS)")
+    max_render_pixels: int = _setting(40_000_000, doc="a PDF page is rendered for OCR at 300 dpi or less")
+    max_image_pixels: int = _setting(50_000_000, doc="pixels of an image (each frame)")
+    max_cells: int = _setting(200_000, doc="cells of a CSV, XLSX or HTML document")
+    max_text_chars: int = _setting(5_000_000, doc="characters of a TXT, CSV or HTML document")
+    max_part_bytes: int = _setting(64 * 1024**2, doc="inflated size of one part of a DOCX or XLSX archive")
 
 
 @dataclass(frozen=True)
@@ -531,6 +540,11 @@ def _validate(c: Config) -> list[str]:
           f"extraction.provider: must be rules, openai or anthropic (got {c.extraction.provider!r})")
     check(c.extraction.ocr_engine in OCR_ENGINES,
           f"extraction.ocr_engine: must be tesseract or rapidocr (got {c.extraction.ocr_engine!r})")
+    check(c.extraction.parse_timeout_s >= 1, "extraction.parse_timeout: must be at least 1s")
+    # Below this even tesseract's worker cannot import its libraries (measured: ~0.2 GiB).
+    check(c.extraction.max_memory_bytes >= 256 * 1024**2, "extraction.max_memory: must be at least 256MiB")
+    for name in ("max_render_pixels", "max_image_pixels", "max_cells", "max_text_chars"):
+        check(getattr(c.extraction, name) >= 1, f"extraction.{name}: must be at least 1")
     if c.production:
         check(secret is not None, "JWT_ACCESS_SECRET: required when DOCEX_ENV=production")
         check(key is not None, "WEBHOOK_ENCRYPTION_KEY: required when DOCEX_ENV=production")

@@ -15,6 +15,7 @@ The provider is the definition's ``x-docex-provider`` keyword if set, else
 from __future__ import annotations
 
 import logging
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -56,8 +57,12 @@ def provider_name(definition: dict[str, Any], config: Config) -> str:
 
 
 def parse_options(config: Config) -> ParseOptions:
-    return ParseOptions(max_pages=config.jobs.max_pages, ocr_engine=config.extraction.ocr_engine,
-                        ocr_languages=config.extraction.ocr_languages)
+    limits = config.extraction
+    return ParseOptions(max_pages=config.jobs.max_pages, ocr_engine=limits.ocr_engine,
+                        ocr_languages=limits.ocr_languages, max_render_pixels=limits.max_render_pixels,
+                        max_image_pixels=limits.max_image_pixels, max_cells=limits.max_cells,
+                        max_text_chars=limits.max_text_chars, max_part_bytes=limits.max_part_bytes,
+                        max_memory_bytes=limits.max_memory_bytes)
 
 
 def schema_of(definition: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +90,7 @@ async def extract(
     Raises:
         JobError: with a SPEC §6 errorCode: permanent (CORRUPTED_FILE,
             TOO_MANY_PAGES, OCR_FAILED, UNSUPPORTED_FILE, PARSE_FAILED,
+            DOCUMENT_TOO_LARGE, PARSE_TIMEOUT, PARSE_OUT_OF_MEMORY,
             AI_PROVIDER_ERROR) or transient (AI_PROVIDER_TIMEOUT,
             AI_PROVIDER_RATE_LIMIT, AI_PROVIDER_ERROR on a 5xx).
 
@@ -96,7 +102,8 @@ async def extract(
     options = parse_options(config)
     warn_if_ocr_missing(options.ocr_engine)
     if name == "rules":
-        outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema)
+        outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema,
+                                  timeout_s=config.extraction.parse_timeout_s)
         assert isinstance(outcome, RulesOutcome)
         meta: dict[str, Any] = {
             "provider": "rules",
@@ -106,7 +113,8 @@ async def extract(
         }
         return Extraction(result=outcome.result, meta=meta, page_count=outcome.page_count)
 
-    document = await in_worker(parse_document, str(path), mime_type, options)
+    document = await in_worker(parse_document, str(path), mime_type, options,
+                               timeout_s=config.extraction.parse_timeout_s)
     assert isinstance(document, Document)
     provider = make_provider(name, config)
     if client is None:
@@ -144,18 +152,29 @@ def _evidence(document: Document, schema: dict[str, Any], output: ProviderOutput
     return {**locate_values(document, schema, output.result), **output.fields}
 
 
-async def in_worker(fn: Callable[..., T | Failure], *args: Any) -> T:
+async def in_worker(fn: Callable[..., T | Failure], *args: Any, timeout_s: float = math.inf) -> T:
     """Run `fn(*args)` in a worker process; a `Failure` it returns is raised here.
 
     Raises:
-        PermanentJobError: the failure's code; PARSE_FAILED when the worker
-            process died (a parser crash on hostile bytes, or out of memory).
+        PermanentJobError: the failure's code; PARSE_TIMEOUT after `timeout_s`
+            (the worker process is killed, and trio-parallel starts another for
+            the next call); PARSE_FAILED when the worker process died (a parser
+            crash on hostile bytes, or a library that aborts on a failed
+            allocation under ``extraction.max_memory``).
     """
-    try:
-        outcome: T | Failure = await trio_parallel.run_sync(fn, *args, kill_on_cancel=True)
-    except trio_parallel.BrokenWorkerError as exc:
-        log.error("parser worker died", extra={"action": "extraction.worker_died"})
-        raise PermanentJobError("PARSE_FAILED", "the parser process died while reading the document") from exc
+    with trio.move_on_after(timeout_s) as deadline:
+        try:
+            outcome: T | Failure = await trio_parallel.run_sync(fn, *args, kill_on_cancel=True)
+        except trio_parallel.BrokenWorkerError as exc:
+            log.error("parser worker died", extra={"action": "extraction.worker_died"})
+            raise PermanentJobError(
+                "PARSE_FAILED", "the parser process died while reading the document (a crash of its "
+                "library, or memory refused under extraction.max_memory)") from exc
+    if deadline.cancelled_caught:
+        log.warning("parser killed after %gs", timeout_s, extra={"action": "extraction.parse_timeout"})
+        raise PermanentJobError(
+            "PARSE_TIMEOUT", f"reading the document took longer than extraction.parse_timeout ({timeout_s:g}s); "
+            "raise it in the configuration to read this document")
     if isinstance(outcome, Failure):
         if outcome.detail:
             log.error("parser failed unexpectedly: %s", outcome.message,

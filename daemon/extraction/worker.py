@@ -4,12 +4,14 @@ The functions here take and return plain picklable data. A `JobError`
 raised by a parser does not cross the process boundary as an exception (its
 constructor takes keyword arguments pickle does not replay); it comes back as
 a `Failure`, and so does any unexpected error of a parser library on the
-file's bytes (``PARSE_FAILED``, with the traceback for the daemon's log).
+file's bytes (``PARSE_FAILED``, with the traceback for the daemon's log) and
+memory refused under the process's limit (``PARSE_OUT_OF_MEMORY``).
 """
 
 from __future__ import annotations
 
 import gc
+import resource
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,13 +64,37 @@ def parse_document(path: str, mime_type: str, options: ParseOptions) -> Document
     return _collector_paused(_parse, path, mime_type, options)
 
 
+def limit_memory(max_bytes: int) -> None:
+    """Cap this process's address space (RLIMIT_AS) at `max_bytes`, before each parse.
+
+    An allocation past it fails: Python raises MemoryError (that parse fails,
+    the process lives on) and a C library gets NULL (most report an error;
+    one that aborts takes only this worker process down). Set per call, not
+    once per process, so that a reloaded ``extraction.max_memory`` applies to
+    workers already running. An address-space limit counts what libraries
+    reserve but never touch (onnxruntime, thread stacks), not only what they
+    use: README "Extraction" gives the figures measured for each OCR engine.
+    """
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        max_bytes = min(max_bytes, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (max_bytes, hard))
+
+
+def _out_of_memory(options: ParseOptions) -> Failure:
+    return Failure("PARSE_OUT_OF_MEMORY",
+                   f"reading the document needs more memory than extraction.max_memory "
+                   f"({options.max_memory_bytes:,} bytes); raise it in the configuration to read this document")
+
+
 def _parse(path: str, mime_type: str, options: ParseOptions) -> Document | Failure:
+    limit_memory(options.max_memory_bytes)
     try:
         return parse(Path(path), mime_type, options)
     except JobError as exc:
         return Failure(exc.code, exc.message)
     except MemoryError:
-        return Failure("PARSE_FAILED", "the document needs more memory than the worker has")
+        return _out_of_memory(options)
     except Exception as exc:
         return Failure("PARSE_FAILED", f"the document could not be parsed ({type(exc).__name__})",
                        traceback.format_exc())
@@ -90,6 +116,8 @@ def _extract_with_rules(path: str, mime_type: str, options: ParseOptions,
         return document
     try:
         result, fields = extract_rules(document, definition)
+    except MemoryError:
+        return _out_of_memory(options)
     except Exception as exc:
         return Failure("INTERNAL_ERROR", f"the rules provider failed ({type(exc).__name__})",
                        traceback.format_exc())

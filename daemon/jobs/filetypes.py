@@ -48,7 +48,7 @@ def sniff(head: bytes) -> str | None:
 
 
 def _sniff_text(head: bytes) -> str | None:
-    if not head or b"\x00" in head:
+    if not head:
         return None
     text = _decode(head)
     if text is None:
@@ -65,7 +65,19 @@ def _sniff_text(head: bytes) -> str | None:
 
 
 def _decode(head: bytes) -> str | None:
-    # The head may end inside a multi-byte character: ignore a broken tail only.
+    """The head as text the parsers' `decode_text` would read: UTF-16 with a BOM,
+    else (without NUL bytes, which text in any 8-bit encoding has not) UTF-8 or
+    cp1252. The head may end inside a character: a broken tail is ignored."""
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        whole = head[: len(head) // 2 * 2]
+        try:
+            return whole.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            if exc.start >= len(whole) - 2:  # cut between the halves of a surrogate pair
+                return whole[: exc.start].decode("utf-16")
+            return None
+    if b"\x00" in head:
+        return None
     try:
         return head.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -7,6 +7,9 @@ thread). Every library error on a file's bytes is translated here into a
 
 - ``CORRUPTED_FILE``: the bytes are not a readable file of the type;
 - ``TOO_MANY_PAGES``: more pages than ``jobs.max_pages``;
+- ``DOCUMENT_TOO_LARGE``: over one of the size bounds of `ParseOptions`
+  (cells, characters, pixels, inflated bytes), checked before the work they
+  bound is done;
 - ``OCR_FAILED``: the OCR engine is missing, failed or (tesseract) timed out.
 """
 
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from daemon.config import ExtractionConfig
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 
@@ -28,6 +32,14 @@ class ParseOptions:
     ocr_languages: str = "eng"
     # Per page (or image): tesseract is killed after this long.
     ocr_timeout_s: float = 120.0
+    # The size bounds inside formats (`extraction.*`; defaults from the configuration's).
+    max_render_pixels: int = ExtractionConfig.max_render_pixels
+    max_image_pixels: int = ExtractionConfig.max_image_pixels
+    max_cells: int = ExtractionConfig.max_cells
+    max_text_chars: int = ExtractionConfig.max_text_chars
+    max_part_bytes: int = ExtractionConfig.max_part_bytes
+    # RLIMIT_AS of the parser process, set before each parse (`worker`).
+    max_memory_bytes: int = ExtractionConfig.max_memory_bytes
 
 
 class Parser(Protocol):
@@ -44,3 +56,11 @@ def check_pages(count: int, options: ParseOptions) -> None:
         raise PermanentJobError(
             "TOO_MANY_PAGES", f"the document has {count} pages, more than the limit of {options.max_pages}"
         )
+
+
+def too_large(what: str, setting: str, limit: int) -> PermanentJobError:
+    """DOCUMENT_TOO_LARGE: `what` the document holds, over ``extraction.<setting>``."""
+    return PermanentJobError(
+        "DOCUMENT_TOO_LARGE",
+        f"{what}, over extraction.{setting} ({limit:,}); raise it in the configuration to read this document",
+    )

@@ -2,7 +2,9 @@
 
 The standard library's tolerant parser reads what browsers would read, so a
 truncated page is still a page; bytes that are not text are
-``CORRUPTED_FILE``. Scripts, styles and the head are skipped.
+``CORRUPTED_FILE``. Scripts, styles and the head are skipped. The page is
+read in one pass whatever its nesting (no tree is built); its characters and
+table cells are bounded like a CSV file's (``DOCUMENT_TOO_LARGE``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import html.parser
 from pathlib import Path
 
 from daemon.extraction.document import Document, Line, grid_page, grid_table_lines, grid_text_line
-from daemon.extraction.parsers.base import ParseOptions, check_pages
-from daemon.extraction.parsers.text import decode_text
+from daemon.extraction.parsers.base import ParseOptions, check_pages, too_large
+from daemon.extraction.parsers.text import read_text
 
 _BLOCK = {
     "address", "article", "aside", "blockquote", "br", "dd", "div", "dl", "dt", "fieldset", "figcaption",
@@ -20,13 +22,14 @@ _BLOCK = {
     "ol", "p", "pre", "section", "ul", "caption", "title",
 }
 _SKIP = {"script", "style", "template", "noscript", "svg", "head"}
+_MAX_TABLE_DEPTH = 32
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
 class _Blocks(html.parser.HTMLParser):
     """Collects ``str`` (a line of text) and ``list[list[str]]`` (a table) blocks."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_cells: int) -> None:
         super().__init__(convert_charrefs=True)
         self.blocks: list[str | list[list[str]]] = []
         self._text: list[str] = []
@@ -34,6 +37,12 @@ class _Blocks(html.parser.HTMLParser):
         # Stack of open tables: rows of cells, and the cell being filled.
         self._tables: list[list[list[str]]] = []
         self._cell: list[list[str]] = []
+        # Tables nested deeper than _MAX_TABLE_DEPTH open none (their cells go to
+        # the deepest table): a nested table's text is copied into its parent's
+        # cell, and ten thousand levels would copy it ten thousand times.
+        self._flattened = 0
+        self._max_cells = max_cells
+        self._cells = 0
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in _SKIP:
@@ -41,11 +50,18 @@ class _Blocks(html.parser.HTMLParser):
                 self._skip += 1
             return
         if tag == "table":
+            if len(self._tables) >= _MAX_TABLE_DEPTH:
+                self._flattened += 1
+                return
             self._flush()
             self._tables.append([])
         elif tag == "tr" and self._tables:
             self._tables[-1].append([])
         elif tag in ("td", "th") and self._tables:
+            self._cells += 1
+            if self._cells > self._max_cells:
+                raise too_large(f"the HTML page has more than {self._max_cells:,} table cells", "max_cells",
+                                self._max_cells)
             if not self._tables[-1]:
                 self._tables[-1].append([])
             self._cell.append([])
@@ -55,6 +71,9 @@ class _Blocks(html.parser.HTMLParser):
     def handle_endtag(self, tag: str) -> None:
         if tag in _SKIP:
             self._skip = max(0, self._skip - 1)
+            return
+        if tag == "table" and self._flattened:
+            self._flattened -= 1
             return
         if tag in ("td", "th") and self._cell:
             text = " ".join("".join(self._cell.pop()).split())
@@ -100,8 +119,8 @@ class _Blocks(html.parser.HTMLParser):
 
 
 def parse_html(path: Path, options: ParseOptions) -> Document:
-    parser = _Blocks()
-    parser.feed(decode_text(path.read_bytes(), "HTML page"))
+    parser = _Blocks(options.max_cells)
+    parser.feed(read_text(path, "HTML page", options))
     parser.close()
     check_pages(1, options)
     lines: list[Line] = []

@@ -30,7 +30,7 @@ from PIL import Image, ImageOps
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document, Page, Word, group_lines
-from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
+from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted, too_large
 from daemon.extraction.parsers.rapidocr import rapidocr_lines
 from daemon.extraction.parsers.scanned import ScannedDocument
 
@@ -39,8 +39,6 @@ from daemon.extraction.parsers.scanned import ScannedDocument
 # of about 300 dpi for 10 pt text).
 _MIN_WIDTH_PX = 1200
 _MAX_SCALE = 3.0
-# Scans larger than this are refused rather than exhausting the worker.
-MAX_PIXELS = 12_000 * 12_000
 # Page segmentation "single column of text of variable sizes": it keeps a
 # label and a value printed far apart on the same line together.
 _PSM = 4
@@ -77,8 +75,14 @@ def tesseract_version() -> str | None:
 
 
 def parse_image(path: Path, options: ParseOptions) -> Document:
-    """Every frame of a PNG, JPEG, TIFF or WEBP, read by OCR (a `ScannedDocument`)."""
-    Image.MAX_IMAGE_PIXELS = MAX_PIXELS
+    """Every frame of a PNG, JPEG, TIFF or WEBP, read by OCR (a `ScannedDocument`).
+
+    A frame of more than ``extraction.max_image_pixels`` is refused from its
+    header, before it is decoded (DOCUMENT_TOO_LARGE).
+    """
+    # Pillow's own bomb check is replaced by `_check_pixels`, which reads the same
+    # header size before decoding and names the setting in its message.
+    Image.MAX_IMAGE_PIXELS = None
     with warnings.catch_warnings():
         # Pillow warns about damaged metadata (EXIF) of images it can still read.
         warnings.simplefilter("ignore")
@@ -94,6 +98,7 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
         rereads: list[list[Page | None]] = []
         for index in range(frames):
             image.seek(index)
+            _check_pixels(image, index + 1, options)
             frame = ImageOps.exif_transpose(image.copy())
             frame.load()
             first, others = _read_page(frame, index + 1, options)
@@ -101,7 +106,7 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
             rereads.append(others)
     except PermanentJobError:
         raise
-    except (OSError, SyntaxError, ValueError, EOFError, Image.DecompressionBombError) as exc:
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
         # Pillow's errors for unreadable, truncated or oversized images.
         raise corrupted("image", exc) from exc
     readings: list[Document] = []
@@ -112,6 +117,13 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
         # A page without this re-read (no text found, no time left) keeps its first reading.
         readings.append(Document(tuple(reread or page for page, reread in zip(pages, made, strict=True))))
     return ScannedDocument(tuple(pages), tuple(readings))
+
+
+def _check_pixels(image: Image.Image, number: int, options: ParseOptions) -> None:
+    width, height = image.size
+    if width * height > options.max_image_pixels:
+        raise too_large(f"image frame {number} is {width:,}×{height:,} px ({width * height:,} pixels)",
+                        "max_image_pixels", options.max_image_pixels)
 
 
 def _read_page(image: Image.Image, number: int, options: ParseOptions) -> tuple[Page, list[Page | None]]:

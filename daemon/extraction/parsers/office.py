@@ -8,7 +8,10 @@ read them back exactly.
 
 Both are ZIP archives: a broken archive, a missing part or malformed XML is
 ``CORRUPTED_FILE``; so is an archive that would inflate past `MAX_UNZIPPED`
-(a zip bomb would exhaust the worker before the library noticed).
+(a zip bomb would exhaust the worker before the library noticed). A part
+inflating past ``extraction.max_part_bytes`` (python-docx builds a tree of
+the whole document.xml, ~10 bytes of memory per byte of XML) or a workbook of
+more than ``extraction.max_cells`` cells is ``DOCUMENT_TOO_LARGE``.
 """
 
 from __future__ import annotations
@@ -21,31 +24,51 @@ from typing import Any
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document, Line, Page, grid_page, grid_table_lines, grid_text_line
-from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
+from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted, too_large
 
+# All parts together at most (python-docx holds every part, images too, in memory).
 MAX_UNZIPPED = 512 * 1024 * 1024
 # Rows read per sheet at most; a page of a spreadsheet is not a novel.
 MAX_ROWS_PER_SHEET = 20_000
+_CHUNK = 1024 * 1024
 
 
-def _check_archive(path: Path, kind: str, required: str) -> None:
+def _check_archive(path: Path, kind: str, required: str, options: ParseOptions) -> None:
+    """Refuse an archive before a library inflates it: every part within
+    ``extraction.max_part_bytes`` by its declared size and by the bytes it
+    actually inflates to (read here once, in chunks; zipfile stops at the
+    declared size and checks the CRC, so a part that lies about its size is
+    damaged), all parts within `MAX_UNZIPPED`.
+    """
+    limit = options.max_part_bytes
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
             if sum(info.file_size for info in infos) > MAX_UNZIPPED:
                 raise corrupted(kind, "it inflates to more than 512 MiB")
-            names = {info.filename for info in infos}
-            if required not in names:
+            if required not in {info.filename for info in infos}:
                 raise corrupted(kind, f"the archive has no {required}")
-            bad = archive.testzip()
-            if bad is not None:
-                raise corrupted(kind, f"the archive member {bad} is damaged")
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError) as exc:
+            for info in infos:
+                if info.file_size > limit:
+                    raise _part_too_large(kind, info.filename, f"{info.file_size:,} bytes", limit)
+                inflated = 0
+                with archive.open(info) as member:
+                    while chunk := member.read(_CHUNK):
+                        inflated += len(chunk)
+                        if inflated > limit:
+                            raise _part_too_large(kind, info.filename, f"more than {limit:,} bytes", limit)
+    except zipfile.BadZipFile as exc:
+        raise corrupted(kind, f"the archive is damaged ({exc})") from exc
+    except (zipfile.LargeZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
         raise corrupted(kind, exc) from exc
 
 
+def _part_too_large(kind: str, name: str, size: str, limit: int) -> PermanentJobError:
+    return too_large(f"the {kind}'s part {name} inflates to {size}", "max_part_bytes", limit)
+
+
 def parse_docx(path: Path, options: ParseOptions) -> Document:
-    _check_archive(path, "DOCX document", "word/document.xml")
+    _check_archive(path, "DOCX document", "word/document.xml", options)
     try:
         import docx
 
@@ -118,7 +141,7 @@ def _docx_table(table: Any) -> list[list[str]]:
 
 
 def parse_xlsx(path: Path, options: ParseOptions) -> Document:
-    _check_archive(path, "XLSX workbook", "xl/workbook.xml")
+    _check_archive(path, "XLSX workbook", "xl/workbook.xml", options)
     # A handle, not a path: openpyxl refuses paths without an .xlsx extension, and
     # blobs have none. Read-only workbooks read lazily, so it stays open until the end.
     handle = path.open("rb")
@@ -133,12 +156,19 @@ def parse_xlsx(path: Path, options: ParseOptions) -> Document:
         sheets = workbook.worksheets
         check_pages(len(sheets), options)
         pages: list[Page] = []
+        cells = 0
         for number, sheet in enumerate(sheets, start=1):
+            rows: list[list[str]] = []
             try:
-                rows = [
-                    [_cell_text(value) for value in values]
-                    for values, _ in zip(sheet.iter_rows(values_only=True), range(MAX_ROWS_PER_SHEET), strict=False)
-                ]
+                for values, _ in zip(sheet.iter_rows(values_only=True), range(MAX_ROWS_PER_SHEET), strict=False):
+                    # Counted as read: a sheet that claims the last column pads every row to 16,384 cells.
+                    cells += len(values)
+                    if cells > options.max_cells:
+                        raise too_large(f"the XLSX workbook has more than {options.max_cells:,} cells",
+                                        "max_cells", options.max_cells)
+                    rows.append([_cell_text(value) for value in values])
+            except PermanentJobError:
+                raise
             except Exception as exc:
                 raise corrupted("XLSX workbook", f"sheet {sheet.title!r}: {exc}") from exc
             while rows and not any(rows[-1]):

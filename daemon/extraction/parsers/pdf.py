@@ -38,6 +38,9 @@ from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
 
 # Rendering resolution for OCR of pages without a text layer (tesseract's sweet spot).
 OCR_DPI = 300
+# PDF's largest page side in points (ISO 32000-1, annex C: 200 inches; UserUnit,
+# which could make it larger, is not applied by pdfium's sizes).
+MAX_PAGE_POINTS = 14_400
 # A page with fewer visible characters than this in its text layer is scanned.
 MIN_TEXT_CHARS = 8
 _WORD = re.compile(r"\S+")
@@ -246,6 +249,22 @@ def _turned_words(handle: Any, text: str, turn: int,
     return words, frame
 
 
+def render_scale(number: int, width: float, height: float, options: ParseOptions) -> float:
+    """Pixels per point to render a page for OCR: `OCR_DPI`, or less when that
+    would make more than ``extraction.max_render_pixels`` (a poster's letters
+    are large: a 100-inch page still reads at ~90 dpi under the default).
+
+    Raises:
+        PermanentJobError: CORRUPTED_FILE for a page outside PDF's own size
+            limit (pdfium would try to allocate what it says).
+    """
+    if not (0 < width <= MAX_PAGE_POINTS and 0 < height <= MAX_PAGE_POINTS):
+        raise corrupted("PDF", f"page {number} is {width:g}×{height:g} points, outside the PDF page size "
+                               f"limit of {MAX_PAGE_POINTS:,} points")
+    scale = OCR_DPI / 72
+    return min(scale, math.sqrt(options.max_render_pixels / (width * height)))
+
+
 def _ocr_page(pdf: pdfium.PdfDocument, index: int, options: ParseOptions) -> Page:
     from daemon.extraction.parsers.ocr import ocr_lines
 
@@ -255,8 +274,11 @@ def _ocr_page(pdf: pdfium.PdfDocument, index: int, options: ParseOptions) -> Pag
         raise corrupted("PDF", f"page {index + 1}: {exc}") from exc
     try:
         width, height = page.get_size()
-        scale = OCR_DPI / 72
-        bitmap = page.render(scale=scale, grayscale=True)
+        scale = render_scale(index + 1, width, height, options)
+        try:
+            bitmap = page.render(scale=scale, grayscale=True)
+        except pdfium.PdfiumError as exc:
+            raise corrupted("PDF", f"page {index + 1}: {exc}") from exc
         try:
             image = bitmap.to_pil()
         finally:

@@ -3,7 +3,10 @@
 Text keeps its own columns (runs of two or more spaces or a tab split cells),
 so a fixed-width invoice reads as a table; a form feed starts a new page.
 CSV rows become table lines. Bytes that are not text at all (NULs, binary
-noise) are ``CORRUPTED_FILE``; text has no way to be "truncated".
+noise) are ``CORRUPTED_FILE``; text has no way to be "truncated". More than
+``extraction.max_text_chars`` characters, or ``extraction.max_cells`` cells
+of a CSV file, are ``DOCUMENT_TOO_LARGE`` (each cell costs about 1 KB and
+0.1 ms on its way through the rules provider).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import io
 from pathlib import Path
 
 from daemon.extraction.document import Document, Line, grid_page, grid_table_lines, grid_text_line
-from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
+from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted, too_large
 
 # Above this share of unprintable characters, the bytes are not text.
 _MAX_CONTROL = 0.05
@@ -44,8 +47,24 @@ def decode_text(raw: bytes, kind: str) -> str:
     return text
 
 
+# The most bytes a character takes in the encodings `decode_text` reads.
+_MAX_BYTES_PER_CHAR = 4
+
+
+def read_text(path: Path, kind: str, options: ParseOptions) -> str:
+    """The decoded text of `path`, refused past ``extraction.max_text_chars``
+    (before reading when even its bytes say so)."""
+    limit = options.max_text_chars
+    if path.stat().st_size > _MAX_BYTES_PER_CHAR * limit:
+        raise too_large(f"the {kind} has more than {limit:,} characters", "max_text_chars", limit)
+    text = decode_text(path.read_bytes(), kind)
+    if len(text) > limit:
+        raise too_large(f"the {kind} has {len(text):,} characters", "max_text_chars", limit)
+    return text
+
+
 def parse_txt(path: Path, options: ParseOptions) -> Document:
-    text = decode_text(path.read_bytes(), "text file")
+    text = read_text(path, "text file", options)
     chunks = text.split("\f")
     if chunks and not chunks[-1].strip() and len(chunks) > 1:
         chunks.pop()
@@ -58,13 +77,20 @@ def parse_txt(path: Path, options: ParseOptions) -> Document:
 
 
 def parse_csv(path: Path, options: ParseOptions) -> Document:
-    text = decode_text(path.read_bytes(), "CSV file")
+    text = read_text(path, "CSV file", options)
     try:
         dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|")
     except csv.Error:
         dialect = csv.excel
+    rows: list[list[str]] = []
+    cells = 0
     try:
-        rows = list(csv.reader(io.StringIO(text), dialect, strict=True))
+        for row in csv.reader(io.StringIO(text), dialect, strict=True):
+            cells += len(row)
+            if cells > options.max_cells:
+                raise too_large(f"the CSV file has more than {options.max_cells:,} cells", "max_cells",
+                                options.max_cells)
+            rows.append(row)
     except csv.Error as exc:
         raise corrupted("CSV file", exc) from exc
     check_pages(1, options)
