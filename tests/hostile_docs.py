@@ -251,7 +251,7 @@ TEST_LIMITS = {
     "max_image_pixels": 20_000_000,
     "max_cells": 20_000,
     "max_text_chars": 500_000,
-    "max_part_bytes": 4 * 1024**2,
+    "max_part_size_bytes": 4 * 1024**2,
 }
 TEST_MAX_PAGES = 20
 

@@ -61,7 +61,7 @@ def parse_options(config: Config) -> ParseOptions:
     return ParseOptions(max_pages=config.jobs.max_pages, ocr_engine=limits.ocr_engine,
                         ocr_languages=limits.ocr_languages, max_render_pixels=limits.max_render_pixels,
                         max_image_pixels=limits.max_image_pixels, max_cells=limits.max_cells,
-                        max_text_chars=limits.max_text_chars, max_part_bytes=limits.max_part_bytes,
+                        max_text_chars=limits.max_text_chars, max_part_size_bytes=limits.max_part_size_bytes,
                         max_memory_bytes=limits.max_memory_bytes)
 
 

@@ -2,7 +2,7 @@
 each job ends COMPLETED or FAILED with its specific errorCode under the limits
 of ``extraction.*`` (applied by the running pool, as a SIGHUP would), and a
 normal job submitted alongside them completes. The full corpus runs through
-the worker path in tests/unit/extraction/test_hostile_files.py; these are the
+the worker path in tests/unit/extraction/test_extraction_hostile_files.py; these are the
 ones whose upload or errorCode a client sees differently."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ async def test_hostile_files_fail_with_their_own_error_codes_and_a_normal_job_co
         job = done[name]
         assert (job["status"], job["errorCode"]) == ("FAILED" if code else "COMPLETED", code), job
         assert job["attempts"] == 1  # a limit is permanent: the same file would meet it again
-    assert "over extraction.max_part_bytes" in done["bomb.docx"]["errorMessage"]
+    assert "over extraction.max_part_size" in done["bomb.docx"]["errorMessage"]
     assert "over extraction.max_image_pixels" in done["poster.png"]["errorMessage"]
     assert finished["status"] == "COMPLETED" and finished["result"] == INVOICE_RESULT
 

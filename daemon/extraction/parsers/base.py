@@ -37,7 +37,7 @@ class ParseOptions:
     max_image_pixels: int = ExtractionConfig.max_image_pixels
     max_cells: int = ExtractionConfig.max_cells
     max_text_chars: int = ExtractionConfig.max_text_chars
-    max_part_bytes: int = ExtractionConfig.max_part_bytes
+    max_part_size_bytes: int = ExtractionConfig.max_part_size_bytes
     # RLIMIT_AS of the parser process, set before each parse (`worker`).
     max_memory_bytes: int = ExtractionConfig.max_memory_bytes
 

@@ -9,7 +9,7 @@ read them back exactly.
 Both are ZIP archives: a broken archive, a missing part or malformed XML is
 ``CORRUPTED_FILE``; so is an archive that would inflate past `MAX_UNZIPPED`
 (a zip bomb would exhaust the worker before the library noticed). A part
-inflating past ``extraction.max_part_bytes`` (python-docx builds a tree of
+inflating past ``extraction.max_part_size`` (python-docx builds a tree of
 the whole document.xml, ~10 bytes of memory per byte of XML) or a workbook of
 more than ``extraction.max_cells`` cells is ``DOCUMENT_TOO_LARGE``.
 """
@@ -35,12 +35,12 @@ _CHUNK = 1024 * 1024
 
 def _check_archive(path: Path, kind: str, required: str, options: ParseOptions) -> None:
     """Refuse an archive before a library inflates it: every part within
-    ``extraction.max_part_bytes`` by its declared size and by the bytes it
+    ``extraction.max_part_size`` by its declared size and by the bytes it
     actually inflates to (read here once, in chunks; zipfile stops at the
     declared size and checks the CRC, so a part that lies about its size is
     damaged), all parts within `MAX_UNZIPPED`.
     """
-    limit = options.max_part_bytes
+    limit = options.max_part_size_bytes
     try:
         with zipfile.ZipFile(path) as archive:
             infos = archive.infolist()
@@ -64,7 +64,7 @@ def _check_archive(path: Path, kind: str, required: str, options: ParseOptions) 
 
 
 def _part_too_large(kind: str, name: str, size: str, limit: int) -> PermanentJobError:
-    return too_large(f"the {kind}'s part {name} inflates to {size}", "max_part_bytes", limit)
+    return too_large(f"the {kind}'s part {name} inflates to {size}", "max_part_size", limit)
 
 
 def parse_docx(path: Path, options: ParseOptions) -> Document:
