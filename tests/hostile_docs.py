@@ -271,7 +271,7 @@ HOSTILE: tuple[Hostile, ...] = (
     Hostile("csv-one-line", lambda p: csv_one_line(p, 100_000), "csv", "DOCUMENT_TOO_LARGE",
             lambda p: csv_one_line(p, 20_000_000)),
     Hostile("xlsx-shared-strings", lambda p: xlsx_bomb(p), "xlsx", "DOCUMENT_TOO_LARGE",
-            lambda p: xlsx_bomb(p, 500_000, 20_000)),
+            lambda p: xlsx_bomb(p, 500_000, 5_000)),
     Hostile("docx-xml-bomb", lambda p: docx_bomb(p), "docx", "DOCUMENT_TOO_LARGE",
             lambda p: docx_bomb(p, 480 * 1024**2)),
     Hostile("docx-lying-sizes", docx_lying_sizes, "docx", "CORRUPTED_FILE"),
