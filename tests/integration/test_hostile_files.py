@@ -45,7 +45,7 @@ async def test_hostile_files_fail_with_their_own_error_codes_and_a_normal_job_co
             for name, (build, _) in files.items()}
     normal = await create_job(client, alice, schema_id)
     async with running_workers(services, workers=2):
-        done = {name: await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED")
+        done = {name: await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=60)
                 for name, job in jobs.items()}
         finished = await wait_for_status(client, alice, normal["id"], "COMPLETED", "FAILED")
     for name, (_, code) in files.items():
