@@ -17,7 +17,7 @@ from daemon import __version__
 from daemon.auth.guard import install_guard
 from daemon.http import admin, auth, docs, integrations, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
-from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request
+from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request, refuse_unusable_requests
 from daemon.jobs.pool import refresh_job_gauges
 from daemon.services import Services
 
@@ -59,6 +59,7 @@ def create_app(services: Services) -> QuartTrio:
     install_error_handlers(app)
     _install_request_context(app, services)
     install_guard(app, services)  # after the request id, so refusals carry one too
+    refuse_unusable_requests(app)  # after the guard: no credentials is a 401 whatever the path
     services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
     for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, schemas.blueprint,
                       webhooks.blueprint, integrations.blueprint, docs.blueprint):

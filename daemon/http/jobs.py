@@ -29,6 +29,7 @@ from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, job_json, run_json
 from daemon.jobs.upload import StoredFile, Upload, receive_upload
 from daemon.schemas.definition import validate_result
+from daemon.storage.ids import looks_like_id
 from daemon.storage.repos import jobs as repo
 from daemon.storage.repos.jobs import JobFilter, NewJob
 from daemon.storage.repos.schemas import get_schema
@@ -93,7 +94,8 @@ async def _checked_schema(schema_id: str | None, type_: str | None) -> str:
         problems.append(f"type must be one of the following values: {JOB_TYPE_EXTRACTION}")
     if not schema_id:
         problems.append("schemaId should not be empty")
-    elif await services().db.read(get_schema, current_principal().user_id, schema_id) is None:
+    elif not looks_like_id(schema_id) or await services().db.read(get_schema, current_principal().user_id,
+                                                                  schema_id) is None:
         problems.append("schemaId must be the id of one of your schemas")
     if problems:
         raise BadRequest(problems)

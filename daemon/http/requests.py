@@ -1,5 +1,5 @@
-"""The request side of HTTP: JSON errors in our shape, and request bodies that
-stream with backpressure.
+"""The request side of HTTP: JSON bodies parsed within limits, ids that cannot
+exist refused as 404, and request bodies that stream with backpressure.
 
 Quart's own connection appends every chunk of a body to a buffer as fast as
 the client sends it, whether or not the handler reads it, so a fast upload
@@ -11,18 +11,30 @@ flow control carries the backpressure to the client.
 
 from __future__ import annotations
 
-from typing import Any, NoReturn, cast
+import json
+import re
+from typing import Any, cast
 
 import trio
-from quart import request
+from quart import Quart, request
 from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers import TrioRequest
 from quart_trio.wrappers.request import TrioBody
 from werkzeug.exceptions import RequestEntityTooLarge
 
-from daemon.errors import BadRequest
+from daemon.errors import BadRequest, NotFound
+from daemon.storage.ids import looks_like_id
 
 HIGH_WATER_BYTES = 1024 * 1024
+# Levels of arrays and objects a JSON body may nest: far more than any schema, result or
+# event payload needs (a definition nests properties 5 deep, 11 JSON levels), and few
+# enough that no recursive step after parsing (pydantic, jsonschema, the database's JSON
+# encoder) can run out of stack.
+MAX_JSON_DEPTH = 64
+
+# An escaped NUL or surrogate half, not preceded by an escaped backslash (`\\u0000` is text).
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class LimitedBody(TrioBody):
@@ -109,8 +121,95 @@ class DocexRequest(TrioRequest):
 
     body: LimitedBody
 
-    def on_json_loading_failed(self, error: Exception) -> NoReturn:
-        raise BadRequest(["request body is not valid JSON"]) from error
+    async def get_json(self, force: bool = False, silent: bool = False, cache: bool = True) -> Any:
+        """Quart's `get_json` for every JSON route (quart-schema's `validate_request` calls it
+        too), parsing with `parse_json_body`: every malformed body is a 400 here, in one place."""
+        if cache and self._cached_json[silent] is not Ellipsis:
+            return self._cached_json[silent]
+        if not (force or self.is_json):
+            return None
+        raw = await self.get_data(cache=cache, as_text=False, parse_form_data=False)
+        try:
+            result = parse_json_body(raw)
+        except BadRequest:
+            if not silent:
+                raise
+            result = None
+        if cache:
+            self._cached_json[silent] = result
+        return result
+
+
+def parse_json_body(raw: bytes) -> Any:
+    """The JSON value of a request body, or a BadRequest that says why there is none.
+
+    Refused: bodies that are not UTF-8 (RFC 8259 §8.1), not JSON, nested deeper than
+    `MAX_JSON_DEPTH`, or holding strings no database stores (NUL, which PostgreSQL refuses
+    in text and JSON, and unpaired UTF-16 surrogates, which are not Unicode text).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(["request body is not valid JSON: it must be UTF-8"]) from None
+    too_deep = BadRequest([f"request body is nested deeper than {MAX_JSON_DEPTH} levels"])
+    try:
+        value = json.loads(text)
+    except RecursionError:  # json.loads recurses once per level: past ~1000 it gives up
+        raise too_deep from None
+    except ValueError:
+        raise BadRequest(["request body is not valid JSON"]) from None
+    # Depth cannot exceed the number of opening brackets: most bodies skip the walk.
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and nests_deeper(value, MAX_JSON_DEPTH):
+        raise too_deep
+    if _ESCAPED_NUL.search(text):
+        raise BadRequest(["request body must not contain NUL characters (\\u0000)"])
+    if _ESCAPED_SURROGATE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(["request body is not valid JSON: it has an unpaired surrogate escape"]) from None
+    return value
+
+
+def nests_deeper(value: Any, limit: int) -> bool:
+    """Whether `value` has arrays or objects more than `limit` levels deep (a scalar has 0
+    levels, `[]` one), found without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, dict | list):
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return False
+
+
+def refuse_unusable_requests(app: Quart) -> None:
+    """Refuse, before any handler runs, what no handler can use and a database may choke on:
+
+    - a path id that no resource can have (every id is a ULID): 404, before anything
+      encodes, seals or queries it (non-ASCII, NUL, `..`, 5,000 characters);
+    - NUL in the query string, which PostgreSQL refuses in a query parameter: 400.
+
+    Install it after the guard, so a request without credentials is still a 401.
+    """
+
+    @app.before_request
+    async def _refuse() -> None:
+        for name, value in (request.view_args or {}).items():
+            if name.endswith("_id") and isinstance(value, str) and not looks_like_id(value):
+                raise NotFound(f"{_RESOURCES.get(name, 'Resource')} not found")
+        if b"%00" in request.query_string:
+            raise BadRequest(["query string must not contain NUL characters (%00)"])
+
+
+# What each path parameter names, worded as the handlers' own 404s.
+_RESOURCES = {
+    "schema_id": "Schema", "job_id": "Job", "run_id": "Job run", "endpoint_id": "Webhook endpoint",
+    "delivery_id": "Webhook delivery", "integration_id": "Integration", "session_id": "Session",
+    "key_id": "API key", "user_id": "User",
+}
 
 
 def current_request() -> DocexRequest:

@@ -308,12 +308,16 @@ async def rotate_secret(endpoint_id: str) -> dict[str, Any]:
     """A new signing secret, shown once. For `webhooks.secret_rotation_overlap` (24 h) deliveries
     carry a second v1 signature made with the previous secret."""
     config = services().config.webhooks
+    user_id = current_principal().user_id
     secret = new_signing_secret()
-    await services().db.run(
-        repo.rotate_secret, current_principal().user_id, endpoint_id,
-        new_sealed=seal_secret(config, endpoint_id, secret), now=utcnow(),
-        overlap_s=config.secret_rotation_overlap_s,
-    )
+
+    def unit(conn: Connection) -> None:
+        # Looked up first: the secret is sealed to the stored id, never to whatever the path says.
+        endpoint = repo.owned_endpoint(conn, user_id, endpoint_id)
+        repo.rotate_secret(conn, user_id, endpoint.id, new_sealed=seal_secret(config, endpoint.id, secret),
+                           now=utcnow(), overlap_s=config.secret_rotation_overlap_s)
+
+    await services().db.run(unit)
     return {"signingSecret": secret}
 
 
