@@ -12,6 +12,7 @@ from daemon.auth.guard import admin_only, current_principal
 from daemon.clock import iso, utcnow
 from daemon.errors import Conflict, NotFound
 from daemon.http.context import services
+from daemon.http.openapi import error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.storage.repos import accounts as repo
 from daemon.storage.repos.accounts import Role
@@ -35,6 +36,14 @@ class AdminUserPage(BaseModel):
     nextCursor: str | None
 
 
+class StatsOut(BaseModel):
+    users: int
+    admins: int
+    disabledUsers: int
+    activeSessions: int
+    activeApiKeys: int
+
+
 class UpdateUserBody(BaseModel):
     role: Role | None = None
     disabled: bool | None = None
@@ -49,6 +58,7 @@ def admin_user_json(row: Any) -> dict[str, Any]:
 @admin_only
 @validate_querystring(PageQuery)
 @document_response(AdminUserPage)
+@error_responses(403)
 async def list_users(query_args: PageQuery) -> dict[str, Any]:
     rows = await services().db.read(repo.list_users, query_args.limit, query_args.cursor)
     return page(rows, query_args.limit, admin_user_json)
@@ -58,6 +68,7 @@ async def list_users(query_args: PageQuery) -> dict[str, Any]:
 @admin_only
 @validate_request(UpdateUserBody)
 @document_response(AdminUserOut)
+@error_responses(403, 409)
 async def update_user(user_id: str, data: UpdateUserBody) -> dict[str, Any]:
     """Change a user's role or disable them; a disabled user's tokens and keys stop at once."""
     changes = data.model_dump(exclude_none=True)
@@ -75,6 +86,8 @@ async def update_user(user_id: str, data: UpdateUserBody) -> dict[str, Any]:
 
 @blueprint.get("/stats")
 @admin_only
+@document_response(StatsOut)
+@error_responses(403)
 async def stats() -> dict[str, Any]:
     """Counts across the whole installation."""
     return await services().db.read(repo.account_stats, utcnow())

@@ -17,6 +17,7 @@ from daemon import __version__
 from daemon.auth.guard import install_guard
 from daemon.http import admin, auth, docs, integrations, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
+from daemon.http.openapi import DocexOpenAPI
 from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request, refuse_unusable_requests
 from daemon.jobs.pool import refresh_job_gauges
 from daemon.services import Services
@@ -51,8 +52,7 @@ def create_app(services: Services) -> QuartTrio:
         scalar_ui_path=None,
         info={"title": "docex", "version": __version__,
               "description": "Self-hosted document extraction daemon."},
-        security_schemes={"bearer": {"type": "http", "scheme": "bearer"}},
-        security=[{"bearer": []}],
+        openapi_provider_class=DocexOpenAPI,  # error shape, security schemes, non-JSON answers
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]  # after QuartSchema, which replaces app.json
     _skip_schema_conversion_for_plain_json(app)

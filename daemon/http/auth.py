@@ -9,7 +9,7 @@ import email_validator
 from email_validator import EmailNotValidError, validate_email
 from pydantic import BaseModel, Field, field_validator
 from quart import Blueprint, Response, request
-from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
+from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring, validate_request
 
 from daemon.auth import accounts
 from daemon.auth.emails import email_key
@@ -18,6 +18,7 @@ from daemon.auth.passwords import MAX_PASSWORD_BYTES
 from daemon.clock import iso, utcnow
 from daemon.errors import NotFound
 from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_content, services
+from daemon.http.openapi import ACCESS_TOKEN, NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.storage.repos import accounts as repo
 from daemon.storage.repos.accounts import Role
@@ -176,6 +177,7 @@ def this_client() -> accounts.Client:
 @limited_per_ip("register")
 @validate_request(RegisterBody)
 @document_response(TokenPairOut, 201)
+@error_responses(403, 409)
 async def register(data: RegisterBody) -> tuple[dict[str, Any], int]:
     """Create an account (the first one is ADMIN) and log it in."""
     pair = await accounts.register(services(), name=data.name, email=data.email, password=data.password,
@@ -188,6 +190,7 @@ async def register(data: RegisterBody) -> tuple[dict[str, Any], int]:
 @limited_per_ip("login")
 @validate_request(LoginBody)
 @document_response(TokenPairOut)
+@error_responses(401, 403)
 async def login(data: LoginBody) -> dict[str, Any]:
     """Exchange e-mail and password for a token pair."""
     await enforce_limit("login", f"email:{email_key(data.email)}")  # every spelling shares one limit
@@ -199,6 +202,7 @@ async def login(data: LoginBody) -> dict[str, Any]:
 @limited_per_ip("refresh")
 @validate_request(RefreshBody)
 @document_response(TokenPairOut)
+@error_responses(401)
 async def refresh(data: RefreshBody) -> dict[str, Any]:
     """Rotate a refresh token: a new pair; the old session is revoked."""
     return pair_json(await accounts.refresh(services(), data.refreshToken, this_client()))
@@ -208,6 +212,8 @@ async def refresh(data: RefreshBody) -> dict[str, Any]:
 @public
 @limited_per_ip("refresh")
 @validate_request(RefreshBody)
+@document_response(NoContent, 204)
+@error_responses(401)
 async def logout(data: RefreshBody) -> Response:
     """Revoke the session of this refresh token."""
     await accounts.logout(services(), data.refreshToken)
@@ -216,6 +222,9 @@ async def logout(data: RefreshBody) -> Response:
 
 @blueprint.post("/logout-all")
 @jwt_only
+@security_scheme(ACCESS_TOKEN)
+@document_response(NoContent, 204)
+@error_responses(403)
 async def logout_all() -> Response:
     """Revoke every session of the current user (API keys stay valid)."""
     await services().db.run(repo.revoke_user_sessions, current_principal().user_id, utcnow())
@@ -255,6 +264,7 @@ async def list_sessions(query_args: PageQuery) -> dict[str, Any]:
 
 
 @blueprint.delete("/sessions/<session_id>")
+@document_response(NoContent, 204)
 async def delete_session(session_id: str) -> Response:
     if not await services().db.run(repo.revoke_session, current_principal().user_id, session_id, utcnow()):
         raise NotFound("Session not found")
@@ -263,8 +273,10 @@ async def delete_session(session_id: str) -> Response:
 
 @blueprint.post("/api-keys")
 @jwt_only
+@security_scheme(ACCESS_TOKEN)
 @validate_request(CreateApiKeyBody)
 @document_response(ApiKeyCreatedOut, 201)
+@error_responses(403, 409)
 async def create_api_key(data: CreateApiKeyBody) -> tuple[dict[str, Any], int]:
     """Create an API key; `apiKey` is in this answer only. Needs an access token."""
     p = current_principal()
@@ -284,6 +296,7 @@ async def list_api_keys(query_args: PageQuery) -> dict[str, Any]:
 
 
 @blueprint.delete("/api-keys/<key_id>")
+@document_response(NoContent, 204)
 async def revoke_api_key(key_id: str) -> Response:
     if not await services().db.run(repo.revoke_api_key, current_principal().user_id, key_id, utcnow()):
         raise NotFound("API key not found")

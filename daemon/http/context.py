@@ -13,6 +13,7 @@ from quart_trio.wrappers.response import TrioResponse as Response
 from daemon.auth.ratelimit import shared_hit
 from daemon.config import RateLimitConfig
 from daemon.errors import TooManyRequests
+from daemon.http.openapi import RATE_LIMITED
 from daemon.services import Services
 
 P = ParamSpec("P")
@@ -50,6 +51,7 @@ def limited_per_ip(name: str) -> Callable[[Callable[P, Awaitable[R]]], Callable[
             await enforce_limit(name, f"ip:{client_ip()}")
             return await view(*args, **kwargs)
 
+        setattr(wrapper, RATE_LIMITED, True)  # documented as 429 in the OpenAPI document
         return wrapper
 
     return decorate

@@ -22,9 +22,9 @@ import logging
 import posixpath
 import re
 import urllib.parse
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
 from quart import Blueprint, request
 from quart_schema import document_response, tag_blueprint, validate_querystring
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -33,6 +33,7 @@ from daemon.auth.guard import current_principal, public
 from daemon.clock import utcnow
 from daemon.errors import BadRequest, JobError
 from daemon.http.context import no_content, services
+from daemon.http.openapi import HtmlPage, NoContent, error_responses, request_bodies
 from daemon.http.pagination import PageQuery, page
 from daemon.http.validation import parse
 from daemon.integrations.base import FileRef, IntegrationStatus, Provider, RemoteEntry
@@ -120,6 +121,10 @@ class CreateDriveBody(BaseModel):
     name: str = Field(min_length=1, max_length=100)
 
 
+class CreateIntegrationBody(RootModel[Annotated[CreateS3Body | CreateDriveBody, Field(discriminator="provider")]]):
+    """An S3 bucket (with its credentials) or a Google Drive to authorize in the browser."""
+
+
 class IntegrationOut(BaseModel):
     id: str
     provider: Provider
@@ -132,6 +137,10 @@ class IntegrationOut(BaseModel):
 
 class AuthorizingOut(IntegrationOut):
     authorizationUrl: str = Field(description="Google's consent page; it redirects to the callback")
+
+
+class CreatedIntegrationOut(IntegrationOut):
+    authorizationUrl: str | None = Field(default=None, description="google-drive only: Google's consent page")
 
 
 class IntegrationPage(BaseModel):
@@ -177,7 +186,8 @@ async def _owned(integration_id: str) -> Any:
 
 
 @blueprint.post("")
-@document_response(AuthorizingOut, 201)
+@request_bodies(json=CreateIntegrationBody)
+@document_response(CreatedIntegrationOut, 201)
 async def create_integration() -> tuple[dict[str, Any], int]:
     """Connect S3 (`config`: accessKeyId, secretAccessKey, bucket, region, endpointUrl?, prefix?)
     or Google Drive (answered with the `authorizationUrl` the user opens to consent)."""
@@ -230,6 +240,9 @@ async def list_integrations(query_args: PageQuery) -> dict[str, Any]:
 
 @blueprint.get("/google-drive/callback")
 @public
+@document_response(HtmlPage, 200)
+@document_response(HtmlPage, 400)
+@document_response(HtmlPage, 502)
 async def google_drive_callback() -> Response:
     """Where Google sends the user's browser after consent (`code`, `state`; or `error`).
 
@@ -317,6 +330,7 @@ async def get_integration(integration_id: str) -> dict[str, Any]:
 
 
 @blueprint.delete("/<integration_id>")
+@document_response(NoContent, 204)
 async def delete_integration(integration_id: str) -> Response:
     """Delete the integration and its credentials; a Google Drive grant is revoked at Google.
     Jobs still waiting for a file from it fail."""
@@ -328,6 +342,7 @@ async def delete_integration(integration_id: str) -> Response:
 
 @blueprint.post("/<integration_id>/test")
 @document_response(TestOut)
+@error_responses(400)
 async def test_integration(integration_id: str) -> dict[str, Any]:
     """Try the credentials against the store: 200 ``{ok: true}``, or 400 with the SPEC §6
     errorCode in ``details`` (``{errorCode, retryable}``)."""
@@ -342,6 +357,7 @@ async def test_integration(integration_id: str) -> dict[str, Any]:
 
 @blueprint.post("/<integration_id>/reconnect")
 @document_response(AuthorizingOut)
+@error_responses(400)
 async def reconnect_integration(integration_id: str) -> dict[str, Any]:
     """A new `authorizationUrl` for a Google Drive integration (after its grant expired or
     was revoked: status needs_reconnection). Earlier authorization links stop working."""

@@ -8,11 +8,11 @@ import json
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from quart import Blueprint, request
-from quart_schema import tag_blueprint, validate_querystring, validate_request
+from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 from quart_trio.wrappers.response import TrioResponse as Response
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -22,11 +22,12 @@ from daemon.clock import utcnow
 from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from daemon.http.context import no_content, services
 from daemon.http.integrations import SourceIn, job_sources
+from daemon.http.openapi import FileBytes, NoContent, error_responses, request_bodies
 from daemon.http.pagination import PageQuery, page
 from daemon.http.requests import current_request
 from daemon.http.validation import parse
 from daemon.jobs import filetypes
-from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, job_json, run_json
+from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus, job_json, run_json
 from daemon.jobs.upload import StoredFile, Upload, receive_upload
 from daemon.schemas.definition import validate_result
 from daemon.storage.ids import looks_like_id
@@ -80,8 +81,79 @@ class CreateRunJson(BaseModel):
     sources: list[SourceIn] = Field(min_length=1, max_length=MAX_FILES_PER_RUN)
 
 
+class CreateJobForm(BaseModel):
+    """An upload: the document in `file`."""
+
+    type: Literal["EXTRACTION"]
+    schemaId: str
+    file: bytes = Field(description="the document (PDF, PNG, JPEG, TIFF, WEBP, DOCX, XLSX, CSV, TXT or HTML)")
+
+
+class CreateRunForm(BaseModel):
+    """An upload: one document per `files` part."""
+
+    type: Literal["EXTRACTION"]
+    schemaId: str
+    files: list[bytes] = Field(min_length=1, max_length=MAX_FILES_PER_RUN)
+
+
 class PatchResultBody(BaseModel):
     result: dict[str, Any]
+
+
+class JobOut(BaseModel):
+    id: str
+    type: str
+    status: JobStatus
+    schemaId: str
+    jobRunId: str | None
+    fileName: str | None
+    fileSize: int | None
+    mimeType: str | None
+    sha256: str | None
+    pageCount: int | None
+    attempts: int
+    result: dict[str, Any] | None
+    resultMeta: dict[str, Any] | None
+    errorMessage: str | None
+    errorCode: str | None = Field(description="SPEC §6, e.g. PARSE_FAILED")
+    createdAt: str
+    updatedAt: str
+    startedAt: str | None
+    finishedAt: str | None
+    originalResult: dict[str, Any] | None = Field(default=None, description="the extracted result, once corrected")
+
+
+class JobPage(BaseModel):
+    data: list[JobOut]
+    nextCursor: str | None
+
+
+class RunCounts(BaseModel):
+    queued: int
+    running: int
+    completed: int
+    failed: int
+    cancelled: int
+
+
+class RunOut(BaseModel):
+    id: str
+    status: RunStatus
+    schemaId: str
+    total: int
+    counts: RunCounts
+    createdAt: str
+    finishedAt: str | None
+
+
+class RunCreatedOut(RunOut):
+    jobs: list[JobOut]
+
+
+class RunPage(BaseModel):
+    data: list[RunOut]
+    nextCursor: str | None
 
 
 # --- shared checks -----------------------------------------------------------------------
@@ -304,6 +376,10 @@ async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> tuple[dic
 
 
 @blueprint.post("/jobs")
+@request_bodies(json=CreateJobJson, multipart=CreateJobForm)
+@document_response(JobOut, 201)
+@document_response(JobOut, 200)  # an Idempotency-Key replay
+@error_responses(409)
 async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
     """Create an extraction job from a multipart upload (`file`, `type`, `schemaId`),
     or from JSON `{type, schemaId, source}` naming a file of an integration."""
@@ -335,6 +411,7 @@ async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 @blueprint.get("/jobs")
 @validate_querystring(JobQuery)
+@document_response(JobPage)
 async def list_jobs(query_args: JobQuery) -> dict[str, Any]:
     """The caller's jobs, newest first, filtered by status, schema, run or creation time."""
     rows = await services().db.read(
@@ -344,11 +421,13 @@ async def list_jobs(query_args: JobQuery) -> dict[str, Any]:
 
 
 @blueprint.get("/jobs/<job_id>")
+@document_response(JobOut)
 async def get_job(job_id: str) -> dict[str, Any]:
     return await _job_body(job_id)
 
 
 @blueprint.get("/jobs/<job_id>/file")
+@document_response(FileBytes)
 async def get_job_file(job_id: str) -> Response:
     """The original bytes of the job's file."""
     job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
@@ -374,6 +453,8 @@ async def get_job_file(job_id: str) -> Response:
 
 
 @blueprint.post("/jobs/<job_id>/restart")
+@document_response(JobOut)
+@error_responses(409)
 async def restart_job(job_id: str) -> dict[str, Any]:
     """Queue a FAILED job again with its attempts reset (409 otherwise); emits job.queued."""
     job = await services().db.run(repo.restart_job, current_principal().user_id, job_id, utcnow())
@@ -383,6 +464,8 @@ async def restart_job(job_id: str) -> dict[str, Any]:
 
 
 @blueprint.post("/jobs/<job_id>/cancel")
+@document_response(JobOut)
+@error_responses(409)
 async def cancel_job(job_id: str) -> dict[str, Any]:
     """Cancel a PENDING or QUEUED job (409 otherwise); emits job.cancelled."""
     job = await services().db.run(repo.cancel_job, current_principal().user_id, job_id, utcnow())
@@ -392,6 +475,8 @@ async def cancel_job(job_id: str) -> dict[str, Any]:
 
 @blueprint.patch("/jobs/<job_id>/result")
 @validate_request(PatchResultBody)
+@document_response(JobOut)
+@error_responses(409)
 async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
     """Correct a COMPLETED job's result; it must match the schema. Emits job.updated."""
     user_id = current_principal().user_id
@@ -407,6 +492,8 @@ async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
 
 
 @blueprint.delete("/jobs/<job_id>")
+@document_response(NoContent, 204)
+@error_responses(409)
 async def delete_job(job_id: str) -> Response:
     """Delete a job that is not RUNNING, and its file."""
     blob_key = await services().db.run(repo.delete_job, current_principal().user_id, job_id, utcnow())
@@ -420,6 +507,10 @@ async def delete_job(job_id: str) -> Response:
 
 
 @blueprint.post("/job-runs")
+@request_bodies(json=CreateRunJson, multipart=CreateRunForm)
+@document_response(RunCreatedOut, 201)
+@document_response(RunCreatedOut, 200)  # an Idempotency-Key replay
+@error_responses(409)
 async def create_run() -> tuple[dict[str, Any], int, dict[str, str]]:
     """Create a batch run from several uploaded `files` (multipart, with `type` and
     `schemaId`), or from JSON `{type, schemaId, sources: [...]}`. Emits job_run.created."""
@@ -450,6 +541,7 @@ async def create_run() -> tuple[dict[str, Any], int, dict[str, str]]:
 
 @blueprint.get("/job-runs")
 @validate_querystring(PageQuery)
+@document_response(RunPage)
 async def list_runs(query_args: PageQuery) -> dict[str, Any]:
     user_id = current_principal().user_id
 
@@ -461,12 +553,14 @@ async def list_runs(query_args: PageQuery) -> dict[str, Any]:
 
 
 @blueprint.get("/job-runs/<run_id>")
+@document_response(RunOut)
 async def get_run(run_id: str) -> dict[str, Any]:
     return await _run_body(run_id)
 
 
 @blueprint.get("/job-runs/<run_id>/jobs")
 @validate_querystring(JobQuery)
+@document_response(JobPage)
 async def list_run_jobs(run_id: str, query_args: JobQuery) -> dict[str, Any]:
     user_id = current_principal().user_id
     if await services().db.read(repo.get_run, user_id, run_id) is None:
@@ -484,6 +578,8 @@ async def list_run_jobs(run_id: str, query_args: JobQuery) -> dict[str, Any]:
 
 
 @blueprint.post("/job-runs/<run_id>/cancel")
+@document_response(RunOut)
+@error_responses(409)
 async def cancel_run(run_id: str) -> dict[str, Any]:
     """Cancel the run's PENDING and QUEUED jobs; running ones finish."""
     await services().db.run(repo.cancel_run, current_principal().user_id, run_id, utcnow())

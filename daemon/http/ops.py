@@ -14,6 +14,7 @@ from quart_trio.wrappers.response import TrioResponse as Response
 from daemon import __version__
 from daemon.auth.guard import public
 from daemon.http.context import services
+from daemon.http.openapi import PlainText
 from daemon.storage.migrate import is_current
 
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ async def ready() -> tuple[dict[str, Any], int]:
 @blueprint.get("/metrics")
 @public
 @tag(["operations"])
+@document_response(PlainText)
 async def metrics() -> Response:
     """Prometheus text exposition."""
     body = await services().metrics.render()

@@ -12,6 +12,7 @@ from daemon.auth.guard import current_principal, public
 from daemon.clock import iso, utcnow
 from daemon.errors import BadRequest, NotFound
 from daemon.http.context import limited_per_ip, no_content, services
+from daemon.http.openapi import NoContent
 from daemon.http.pagination import PageQuery, page
 from daemon.schemas.convert import (
     ConversionError,
@@ -177,6 +178,7 @@ async def update_schema(schema_id: str, data: UpdateSchemaBody) -> dict[str, Any
 
 
 @blueprint.delete("/schemas/<schema_id>")
+@document_response(NoContent, 204)
 async def delete_schema(schema_id: str) -> Response:
     """Soft-delete: jobs already queued on it fail with SCHEMA_NOT_FOUND."""
     if not await services().db.run(repo.delete_schema, current_principal().user_id, schema_id, utcnow()):

@@ -21,6 +21,7 @@ from daemon.config import WebhooksConfig
 from daemon.errors import BadRequest, NotFound
 from daemon.events import CATALOG
 from daemon.http.context import no_content, services
+from daemon.http.openapi import NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.storage.ids import new_id
 from daemon.storage.repos import webhooks as repo
@@ -296,6 +297,7 @@ async def update_endpoint(endpoint_id: str, data: UpdateEndpointBody) -> dict[st
 
 
 @blueprint.delete("/<endpoint_id>")
+@document_response(NoContent, 204)
 async def delete_endpoint(endpoint_id: str) -> Response:
     """Delete the endpoint and its deliveries (pending ones are never sent); unbind it from schemas."""
     await services().db.run(repo.delete_endpoint, current_principal().user_id, endpoint_id)
@@ -323,6 +325,7 @@ async def rotate_secret(endpoint_id: str) -> dict[str, Any]:
 
 @blueprint.post("/<endpoint_id>/test")
 @document_response(DeliveryOut, 202)
+@error_responses(409)
 async def test_endpoint(endpoint_id: str) -> tuple[dict[str, Any], int]:
     """Send a webhook.ping to this endpoint (retried like any delivery); 409 if it is disabled."""
     row = await services().db.run(
@@ -335,6 +338,7 @@ async def test_endpoint(endpoint_id: str) -> tuple[dict[str, Any], int]:
 @blueprint.post("/<endpoint_id>/send")
 @validate_request(SendBody)
 @document_response(DeliveryOut, 202)
+@error_responses(409)
 async def send(endpoint_id: str, data: SendBody) -> tuple[dict[str, Any], int]:
     """Send `data` now as an event of `type` (webhook.send by default) to this endpoint, in either
     delivery mode; 409 if it is disabled."""
