@@ -26,7 +26,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
 from quart import Blueprint, request
-from quart_schema import document_response, tag_blueprint, validate_querystring
+from quart_schema import document_querystring, document_response, tag_blueprint, validate_querystring
 from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.auth.guard import current_principal, public
@@ -152,6 +152,14 @@ class TestOut(BaseModel):
     ok: bool
 
 
+class CallbackQuery(BaseModel):
+    """What Google appends to the redirect: `code` and `state`, or `error`."""
+
+    code: str | None = None
+    state: str | None = None
+    error: str | None = None
+
+
 # --- helpers -----------------------------------------------------------------------------
 
 
@@ -240,6 +248,7 @@ async def list_integrations(query_args: PageQuery) -> dict[str, Any]:
 
 @blueprint.get("/google-drive/callback")
 @public
+@document_querystring(CallbackQuery)
 @document_response(HtmlPage, 200)
 @document_response(HtmlPage, 400)
 @document_response(HtmlPage, 502)

@@ -124,7 +124,8 @@ class DocexOpenAPI(OpenAPIProvider):
         view = self._app.view_functions[rule.endpoint]
         for operations in paths.values():
             for operation in operations.values():
-                operation["responses"] = dict(operation["responses"])  # per method, not shared
+                # Per method, not shared; keyed by text as in the document (quart-schema uses ints).
+                operation["responses"] = {str(status): r for status, r in operation["responses"].items()}
                 if (bodies := getattr(view, _BODIES, None)) is not None:
                     json_model, multipart_model = bodies
                     operation["requestBody"] = self._bodies(json_model, multipart_model, components)

@@ -109,3 +109,9 @@ async def test_real_answers_match_the_documented_job_and_run_models(
     r = await client.get(f"/api/jobs/{job['id']}x", headers=alice)
     assert r.status_code == 404
     answer_schema(document, "get", "/api/jobs/{job_id}", 404).validate(await r.get_json())
+
+
+async def test_the_drive_callback_documents_its_html_pages(document: dict[str, Any]) -> None:
+    responses = document["paths"]["/api/integrations/google-drive/callback"]["get"]["responses"]
+    for status in ("200", "400", "502"):
+        assert set(responses[status]["content"]) == {"text/html"}, status
