@@ -33,6 +33,7 @@ SECURITY_SCHEMES = {
     "apiKey": {"type": "http", "scheme": "bearer",
                "description": "an API key from POST /api/auth/api-keys, sent as a Bearer token"},
 }
+ERROR_REF = "#/components/schemas/Error"
 ID_PATTERN = "^[0-9a-hjkmnp-tv-z]{26}$"  # daemon.storage.ids: a ULID, lower case
 
 _ERRORS = "_docex_error_responses"
@@ -132,10 +133,12 @@ class DocexOpenAPI(OpenAPIProvider):
                 if operation.get("security") is None:
                     operation["security"] = PROTECTED
                 for status in sorted(self._error_statuses(view, operation)):
-                    operation["responses"].setdefault(str(status), {
+                    response = operation["responses"].setdefault(str(status), {
                         "description": f"{reason_phrase(status)}. {_MEANINGS.get(status, '')}".strip(),
-                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                     })
+                    # Also beside a route's own page for that status (the Drive callback's HTML):
+                    # a request refused before the route runs gets the error model.
+                    response.setdefault("content", {})["application/json"] = {"schema": {"$ref": ERROR_REF}}
         return paths, components
 
     def _error_statuses(self, view: Any, operation: dict[str, Any]) -> set[int]:
