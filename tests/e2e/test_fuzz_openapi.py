@@ -4,8 +4,9 @@ and invalid requests alike. No answer may be a 5xx or contradict the document (a
 undocumented status, a Content-Type or a body that does not match its schema).
 
 Bounded: `EXAMPLES` per operation, generation mode and principal (public operations
-once): about 2,400 requests, ~65 s of CPU, 2 minutes on 2 busy cores. The daemon runs with `--role api` (no workers, no webhook
-dispatcher), so nothing it is fed ever leaves the machine.
+once): about 2,400 requests, ~65 s of CPU, 2 minutes on 2 busy cores. The daemon runs
+with `--role api` (no workers, no webhook dispatcher), so nothing it is fed ever leaves
+the machine.
 """
 
 from __future__ import annotations
