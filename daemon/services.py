@@ -1,5 +1,5 @@
-"""What the subsystems share: the current configuration, the database, metrics,
-wake-up calls and the readiness of each running part.
+"""What the subsystems share: the current configuration, the database (with its
+wake-up calls), metrics and the readiness of each running part.
 
 There is one `Services` per process, created by `open_services` and handed to
 `create_app` and to every task of the root nursery. `config` is replaced as a
@@ -20,7 +20,6 @@ from daemon.config import Config
 from daemon.metrics import Metrics
 from daemon.storage.blobs import BlobStore, LocalBlobStore
 from daemon.storage.database import Database
-from daemon.wakeup import Wakeup
 
 
 class Role(StrEnum):
@@ -47,10 +46,6 @@ class Services:
     blobs: BlobStore
     role: Role = Role.ALL
     metrics: Metrics = field(default_factory=Metrics)
-    # Set when a job is queued in this process, so an idle worker claims it at once.
-    jobs_wakeup: Wakeup = field(default_factory=Wakeup)
-    # Set when a delivery is due now, so the dispatcher sends it at once.
-    deliveries_wakeup: Wakeup = field(default_factory=Wakeup)
     # Name of each background part → whether it is running; /api/ready reads this.
     running: dict[str, bool] = field(default_factory=dict)
     reload_hooks: list[ReloadHook] = field(default_factory=list)

@@ -300,8 +300,6 @@ async def _create_idempotently(
         if key is None or (replayed := await replay()) is None:
             raise
         return replayed
-    services().jobs_wakeup.set()
-    services().deliveries_wakeup.set()
     return body, 201, {}
 
 
@@ -458,8 +456,6 @@ async def get_job_file(job_id: str) -> Response:
 async def restart_job(job_id: str) -> dict[str, Any]:
     """Queue a FAILED job again with its attempts reset (409 otherwise); emits job.queued."""
     job = await services().db.run(repo.restart_job, current_principal().user_id, job_id, utcnow())
-    services().jobs_wakeup.set()
-    services().deliveries_wakeup.set()
     return job_json(job)
 
 
@@ -469,7 +465,6 @@ async def restart_job(job_id: str) -> dict[str, Any]:
 async def cancel_job(job_id: str) -> dict[str, Any]:
     """Cancel a PENDING or QUEUED job (409 otherwise); emits job.cancelled."""
     job = await services().db.run(repo.cancel_job, current_principal().user_id, job_id, utcnow())
-    services().deliveries_wakeup.set()
     return job_json(job)
 
 
@@ -487,7 +482,6 @@ async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
     if schema is not None and (problems := validate_result(schema.definition, data.result)):
         raise BadRequest([f"result{p}" for p in problems])
     job = await services().db.run(repo.patch_result, user_id, job_id, data.result, utcnow())
-    services().deliveries_wakeup.set()
     return job_json(job)
 
 
@@ -497,7 +491,6 @@ async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
 async def delete_job(job_id: str) -> Response:
     """Delete a job that is not RUNNING, and its file."""
     blob_key = await services().db.run(repo.delete_job, current_principal().user_id, job_id, utcnow())
-    services().deliveries_wakeup.set()
     if blob_key:
         await services().blobs.delete(blob_key)
     return no_content()
@@ -583,5 +576,4 @@ async def list_run_jobs(run_id: str, query_args: JobQuery) -> dict[str, Any]:
 async def cancel_run(run_id: str) -> dict[str, Any]:
     """Cancel the run's PENDING and QUEUED jobs; running ones finish."""
     await services().db.run(repo.cancel_run, current_principal().user_id, run_id, utcnow())
-    services().deliveries_wakeup.set()
     return await _run_body(run_id)

@@ -200,7 +200,6 @@ async def _endpoint_body(endpoint_id: str) -> dict[str, Any]:
 
 
 def _delivered(row: Any) -> tuple[dict[str, Any], int]:
-    services().deliveries_wakeup.set()
     return delivery_json(row), 202
 
 
@@ -290,10 +289,7 @@ async def update_endpoint(endpoint_id: str, data: UpdateEndpointBody) -> dict[st
         row = repo.update_endpoint(conn, user_id, endpoint_id, changes, utcnow())
         return endpoint_json(row, repo.bound_schemas(conn, user_id, [row.id])[row.id])
 
-    body = await services().db.run(unit)
-    if changes.get("enabled"):
-        services().deliveries_wakeup.set()  # its waiting deliveries are due again
-    return body
+    return await services().db.run(unit)
 
 
 @blueprint.delete("/<endpoint_id>")

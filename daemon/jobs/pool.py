@@ -5,9 +5,9 @@ lease on it (renewed while it runs) and records the outcome. A PENDING job
 (its file still at an integration) is claimed the same way, and the worker
 fetches its file instead (`fetch_job`): QUEUED once the file is in the blob
 store, retried with backoff on transient errors, FAILED on permanent ones.
-Idle workers sleep until a job is created in this process
-(`services.jobs_wakeup`), the next retry is due, or a slow poll for jobs
-created by other processes.
+Idle workers sleep until a commit in this process makes a job claimable
+(`Database.jobs_due`, set by the database layer after commit), the next retry
+is due, or a slow poll for jobs created by other processes.
 
 Shutdown: the pool stops claiming; a running job finishes within the grace
 period or, cancelled, is released back to QUEUED (PENDING if its file was being
@@ -96,12 +96,11 @@ async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
             if job is None:
                 due = await services.db.read(repo.next_due)
                 delay = poll_s if due is None else min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
-                await wait_any(stop.wait, functools.partial(services.jobs_wakeup.sleep, delay))
+                await wait_any(stop.wait, functools.partial(services.db.jobs_due.sleep, delay))
                 continue
             if job.status == JobStatus.PENDING:
                 await fetch_job(services, job, owner)
             else:
-                services.deliveries_wakeup.set()  # job.started is in the outbox
                 await process_job(services, job, owner)
             failures = 0
         except Exception:
@@ -211,13 +210,10 @@ async def _record(services: Services, job: Any, owner: str, outcome: Extraction 
             "job attempt failed",
             extra={"action": f"job.{label}", "job_id": job.id, "error_code": outcome.code, "attempt": job.attempts},
         )
-        if retry_at is not None:
-            services.jobs_wakeup.set()  # an idle worker recomputes its sleep to the new due time
     if done is None:
         label = "lost"
     services.metrics.job_duration.labels(label).observe(elapsed)
     services.metrics.job_attempts.labels(label).inc()
-    services.deliveries_wakeup.set()
 
 
 async def fetch_job(services: Services, job: Any, owner: str) -> None:
@@ -256,8 +252,6 @@ async def _record_fetch(services: Services, job: Any, owner: str, outcome: Fetch
         if done is None:  # cancelled, deleted or taken back while we fetched
             await services.blobs.delete(outcome.blob_key)
             log.info("fetched file dropped", extra={"action": "job.fetch_dropped", "job_id": job.id})
-        else:
-            services.jobs_wakeup.set()  # QUEUED now: an idle worker takes it at once
         return
     retry_at = _retry_at(services, job, outcome, now)
     await services.db.run(repo.fail_job, job_id=job.id, owner=owner, code=outcome.code, message=outcome.message,
@@ -265,9 +259,6 @@ async def _record_fetch(services: Services, job: Any, owner: str, outcome: Fetch
     label = "retried" if retry_at else "failed"
     log.info("job fetch failed", extra={"action": f"job.fetch_{label}", "job_id": job.id,
                                         "error_code": outcome.code, "attempt": job.attempts})
-    if retry_at is not None:
-        services.jobs_wakeup.set()
-    services.deliveries_wakeup.set()  # job.failed (and the run's events) are in the outbox
 
 
 def _retry_at(services: Services, job: Any, outcome: JobError, now: dt.datetime) -> dt.datetime | None:
@@ -308,8 +299,6 @@ async def run_reaper(services: Services, *, task_status: trio.TaskStatus[None] =
                                                max_attempts=services.config.jobs.max_attempts)
                 if reaped:
                     log.warning("re-queued jobs of a lost worker", extra={"action": "jobs.reaped", "count": reaped})
-                    services.jobs_wakeup.set()
-                    services.deliveries_wakeup.set()
                 await services.db.run(repo.purge_idempotency_keys, now)
                 expiry = await services.db.read(repo.next_lease_expiry)
                 if expiry is not None:

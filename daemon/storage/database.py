@@ -7,10 +7,18 @@ trio never queues more threads than there are connections.
 
 A thread cannot be cancelled: a cancelled caller waits for its transaction to
 commit or roll back, so a transaction is never cut in half.
+
+Wake-ups after commit: a unit of work that makes a job claimable or a webhook
+delivery due calls `wake_after_commit` (the outbox and the job repository do;
+routes never do). `Database.run` sets the matching `Wakeup` once, and only if,
+the transaction committed, so an idle worker or dispatcher of this process
+acts at once and a rolled-back change wakes nothing. Other processes notice by
+their slow poll.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -18,9 +26,57 @@ import sqlalchemy as sa
 import trio
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql import Select
+
+from daemon.wakeup import Wakeup
 
 P = ParamSpec("P")
 T = TypeVar("T")
+S = TypeVar("S", bound=Select[Any])
+# The key in `Connection.info` where a unit of work collects what to wake after its commit.
+# `info` belongs to the pooled DBAPI connection and outlives the transaction: each unit of
+# work starts by clearing it.
+_WAKE_KEY = "docex.wake"
+
+
+class Wake(enum.Flag):
+    """Who to wake once the current transaction commits."""
+
+    NONE = 0
+    WORKERS = enum.auto()  # a job became claimable (or its due time moved)
+    DISPATCHER = enum.auto()  # a webhook delivery became due (or its due time moved)
+
+
+def wake_after_commit(conn: Connection, wake: Wake) -> None:
+    """Wake this process's idle workers and/or dispatcher once `conn`'s transaction commits
+    (nothing if it rolls back). Call inside a unit of work run by `Database.run`."""
+    conn.info[_WAKE_KEY] = conn.info.get(_WAKE_KEY, Wake.NONE) | wake
+
+
+def lock_rows(conn: Connection, query: S, *, skip_locked: bool = False, of: Any = None) -> S:
+    """`query` with FOR UPDATE [SKIP LOCKED] on a database with row locks (PostgreSQL).
+
+    SQLite has none: every writer runs under its single write lock (BEGIN IMMEDIATE), so
+    the rows a writer reads cannot change under it and the query is returned unchanged.
+    """
+    if not _has_row_locks(conn):
+        return query
+    return query.with_for_update(skip_locked=skip_locked, of=of)
+
+
+def serialize(conn: Connection, name: str) -> None:
+    """Let one transaction at a time past this point for `name` (until it ends).
+
+    PostgreSQL: a transaction-scoped advisory lock. SQLite: nothing to do, its writers
+    already run one at a time.
+    """
+    if _has_row_locks(conn):
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": name})
+
+
+def _has_row_locks(conn: Connection) -> bool:
+    # The one dialect check of the repositories: PostgreSQL locks rows, SQLite the whole database.
+    return conn.dialect.name == "postgresql"
 
 
 class Database:
@@ -34,10 +90,12 @@ class Database:
         self.is_postgres = self.url.get_backend_name() == "postgresql"
         if not (self.is_sqlite or self.is_postgres):
             raise ValueError(f"unsupported database {self.url.get_backend_name()!r}: use sqlite or postgresql")
-        # SQLite has no row locks: claims serialise on its single writer instead.
-        self.supports_skip_locked = self.is_postgres
         self.engine = self._create_engine(pool_size, busy_timeout_ms)
         self.limiter = trio.CapacityLimiter(pool_size)
+        # Set after a commit that made a job claimable: an idle worker claims it at once.
+        self.jobs_due = Wakeup()
+        # Set after a commit that made a delivery due: the dispatcher sends it at once.
+        self.deliveries_due = Wakeup()
 
     def _create_engine(self, pool_size: int, busy_timeout_ms: int) -> Engine:
         if self.is_postgres:
@@ -79,7 +137,8 @@ class Database:
     async def run(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run ``fn(conn, *args, **kwargs)`` in one transaction off the trio thread.
 
-        Commits if `fn` returns, rolls back if it raises (the exception propagates).
+        Commits if `fn` returns, rolls back if it raises (the exception propagates). Once
+        committed, wakes whom `fn` asked for with `wake_after_commit`.
         """
 
         return await self._in_thread(False, fn, *args, **kwargs)
@@ -91,13 +150,24 @@ class Database:
     async def _in_thread(
         self, readonly: bool, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:
-        def unit_of_work() -> T:
+        def unit_of_work() -> tuple[T, Wake]:
             with self.engine.connect() as conn:
                 conn = conn.execution_options(docex_readonly=readonly)
-                with conn.begin():
-                    return fn(conn, *args, **kwargs)
+                conn.info.pop(_WAKE_KEY, None)
+                try:
+                    with conn.begin():
+                        result = fn(conn, *args, **kwargs)
+                finally:
+                    wake: Wake = conn.info.pop(_WAKE_KEY, Wake.NONE)
+                return result, wake  # reached only once committed
 
-        return await trio.to_thread.run_sync(unit_of_work, limiter=self.limiter)
+        result, wake = await trio.to_thread.run_sync(unit_of_work, limiter=self.limiter)
+        # Back on the trio thread: a Wakeup (a trio.Event) is not thread-safe.
+        if Wake.WORKERS in wake:
+            self.jobs_due.set()
+        if Wake.DISPATCHER in wake:
+            self.deliveries_due.set()
+        return result
 
     async def ping(self) -> None:
         await self.read(lambda conn: conn.execute(sa.text("SELECT 1")).scalar_one())

@@ -8,8 +8,8 @@ The loop claims due deliveries in small batches, leasing each to this process
 for ``WEBHOOK_TIMEOUT_MS`` plus a margin, and only as many as there is room
 for: a claimed delivery starts sending at once and never waits for a slot
 while its lease runs down. With nothing to claim it sleeps until the earliest
-next attempt or lease expiry, until an enqueue in this process sets
-`services.deliveries_wakeup`, until a send frees a slot it was short of, or
+next attempt or lease expiry, until a commit in this process makes a
+delivery due (`Database.deliveries_due`, set by the database layer), until a send frees a slot it was short of, or
 for a slow poll that notices deliveries queued by other processes.
 
 Each send resolves and checks its host (`ssrf`), signs the exact body and
@@ -135,7 +135,7 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
                     delay = min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
                     if delay == 0.0 and not claimed:
                         delay = _CONTENDED_S
-                waits.append(functools.partial(services.deliveries_wakeup.sleep, delay))
+                waits.append(functools.partial(services.db.deliveries_due.sleep, delay))
                 if busy:
                     waits.append(slots.freed.sleep)
         except Exception:
@@ -197,8 +197,6 @@ async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, ro
                 log.exception("could not record a delivery attempt",
                               extra={"action": "webhooks.record_failed", "delivery_id": row.id})
         _report(services, row, outcome, status, recorded)
-        if next_at is not None:
-            services.deliveries_wakeup.set()  # the loop recomputes its sleep to the retry time
     finally:
         if not settled:
             with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):

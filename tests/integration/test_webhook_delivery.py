@@ -26,8 +26,8 @@ from webhook_receiver import Received, Receiver, Reply, open_receiver
 
 from daemon.clock import utcnow
 from daemon.config import Config
-from daemon.events import record_event
 from daemon.services import Services
+from daemon.storage.outbox import record_event
 from daemon.storage.repos import jobs as jobs_repo
 from daemon.storage.repos.jobs import NewJob
 from daemon.storage.tables import deliveries, events
@@ -142,7 +142,6 @@ async def test_each_job_and_job_run_event_is_delivered_and_verifies_with_stripe(
             jobs_repo.cancel_job(conn, uid, lone.id, now)
 
         await services.db.run(lifecycle)
-        services.deliveries_wakeup.set()
         recorded = await services.db.read(lambda c: list(c.execute(sa.select(events).order_by(events.c.id))))
         assert {e.type for e in recorded} == LIFECYCLE
         await receiver.wait_for(len(recorded))
@@ -336,7 +335,6 @@ async def test_consecutive_dead_deliveries_disable_the_endpoint_until_patched(
         await services.db.run(lambda c: record_event(c, user_id=uid, type="job.queued", data={}, now=utcnow()))
         await call(client, "post", f"{base}/test", alice, 409)
         replayed = await call(client, "post", f"/api/webhooks/deliveries/{first['id']}/replay", alice, 202)
-        services.deliveries_wakeup.set()
         await trio.sleep(0.3)
         assert len(receiver.requests) == 2
         assert (await call(client, "get", f"/api/webhooks/deliveries/{replayed['id']}", alice, 200))[

@@ -13,7 +13,8 @@ import pytest
 import sqlalchemy as sa
 
 from daemon.clock import utcnow
-from daemon.events import CATALOG, record_event
+from daemon.events import CATALOG
+from daemon.storage.outbox import record_event
 from daemon.storage.tables import deliveries, events, webhook_endpoints
 from daemon.webhooks.keys import open_secret
 

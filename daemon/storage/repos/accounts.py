@@ -14,6 +14,7 @@ from sqlalchemy.engine import Connection, Row
 
 from daemon.auth.emails import email_key
 from daemon.errors import Conflict, Forbidden
+from daemon.storage.database import lock_rows, serialize
 from daemon.storage.ids import new_id
 from daemon.storage.tables import api_keys, sessions, users
 
@@ -41,9 +42,7 @@ def create_user(conn: Connection, *, email: str, name: str, password_hash: str, 
         Forbidden: registration is closed and an account exists.
         Conflict: the e-mail is taken (in any spelling of it: `email_key`).
     """
-    if conn.dialect.name == "postgresql":
-        # Serialise registrations so exactly one "first account" becomes ADMIN.
-        conn.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext('docex.register'))"))
+    serialize(conn, "docex.register")  # exactly one "first account" becomes ADMIN
     any_user = conn.execute(sa.select(users.c.id).limit(1)).first() is not None
     if any_user and not registration_open:
         raise Forbidden("Registration is closed")
@@ -123,9 +122,8 @@ def rotate_session(conn: Connection, *, refresh_hash: str, new_refresh_hash: str
     reuse is committed before the caller answers 401.
     """
     query = sa.select(sessions).where(sessions.c.refresh_hash == refresh_hash)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()  # two refreshes with one token: one wins, one is reuse
-    old = conn.execute(query).first()
+    # Two refreshes with one token: one wins, one is reuse.
+    old = conn.execute(lock_rows(conn, query)).first()
     if old is None:
         return Rotation(RotateOutcome.INVALID)
     if old.revoked_at is not None:
@@ -223,9 +221,8 @@ def create_api_key(conn: Connection, *, user_id: str, name: str, role: Role, pre
                    key_hash: str, expires_at: dt.datetime | None, now: dt.datetime,
                    max_active: int) -> Row[Any]:
     """Raises Conflict when the user already holds `max_active` active keys."""
-    if conn.dialect.name == "postgresql":
-        # Lock the owner so two concurrent creations cannot both pass the count.
-        conn.execute(sa.select(users.c.id).where(users.c.id == user_id).with_for_update())
+    # Lock the owner so two concurrent creations cannot both pass the count.
+    conn.execute(lock_rows(conn, sa.select(users.c.id).where(users.c.id == user_id)))
     active = conn.execute(sa.select(sa.func.count()).select_from(api_keys)
                           .where(api_keys.c.user_id == user_id, _active_key(now))).scalar_one()
     if active >= max_active:

@@ -34,9 +34,10 @@ from sqlalchemy.engine import Connection, Row
 
 from daemon.clock import utcnow
 from daemon.errors import Conflict, NotFound
-from daemon.events import record_event
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, count_key, job_json, run_json
+from daemon.storage.database import Wake, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
+from daemon.storage.outbox import record_event
 from daemon.storage.tables import idempotency_keys, job_runs, jobs
 
 PROGRESS_INTERVAL = dt.timedelta(seconds=1)
@@ -52,6 +53,11 @@ class NewJob:
     sha256: str | None = None
     blob_key: str | None = None
     source: dict[str, Any] | None = None
+
+
+def _claimable(conn: Connection) -> None:
+    """A job became claimable, or its due time moved: wake this process's idle workers after commit."""
+    wake_after_commit(conn, Wake.WORKERS)
 
 
 def _job(conn: Connection, job_id: str) -> Row[Any]:
@@ -98,6 +104,7 @@ def create_job(
     )
     job = _job(conn, job_id)
     _event(conn, "job.queued", job, now)
+    _claimable(conn)
     return job
 
 
@@ -173,6 +180,7 @@ def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -
         run_after=now,
     )
     _event(conn, "job.queued", job, now)
+    _claimable(conn)
     if job.job_run_id:
         conn.execute(
             job_runs.update()
@@ -237,9 +245,7 @@ def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) 
         .order_by(jobs.c.run_after, jobs.c.id)
         .limit(1)
     )
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True)
-    due = conn.execute(query).first()
+    due = conn.execute(lock_rows(conn, query, skip_locked=True)).first()
     if due is None:
         return None
     if due.status == JobStatus.PENDING:
@@ -329,7 +335,10 @@ def fetched_job(
             updated_at=now,
         )
     )
-    return _job(conn, job_id) if done.rowcount == 1 else None
+    if done.rowcount != 1:
+        return None
+    _claimable(conn)
+    return _job(conn, job_id)
 
 
 def complete_job(
@@ -401,6 +410,8 @@ def fail_job(
     if retry_at is None:
         _event(conn, "job.failed", job, now)
         _job_ended(conn, job, now)
+    else:
+        _claimable(conn)
     return job
 
 
@@ -419,7 +430,10 @@ def release_job(conn: Connection, *, job_id: str, owner: str, now: dt.datetime) 
             lease_expires_at=None,
         )
     )
-    return result.rowcount == 1
+    if result.rowcount != 1:
+        return False
+    _claimable(conn)
+    return True
 
 
 def reap_expired(conn: Connection, *, now: dt.datetime, max_attempts: int) -> int:
@@ -427,9 +441,7 @@ def reap_expired(conn: Connection, *, now: dt.datetime, max_attempts: int) -> in
     FAILED once out of attempts."""
     query = sa.select(jobs).where(jobs.c.status.in_([JobStatus.RUNNING, JobStatus.PENDING]),
                                   jobs.c.lease_expires_at < now)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True)
-    expired = list(conn.execute(query))
+    expired = list(conn.execute(lock_rows(conn, query, skip_locked=True)))
     for job in expired:
         if job.attempts >= max_attempts:
             fail_job(
@@ -444,6 +456,7 @@ def reap_expired(conn: Connection, *, now: dt.datetime, max_attempts: int) -> in
         else:
             again = JobStatus.PENDING if job.status == JobStatus.PENDING else JobStatus.QUEUED
             _update(conn, job.id, now, status=again, run_after=now, lease_owner=None, lease_expires_at=None)
+            _claimable(conn)
     return len(expired)
 
 
@@ -542,10 +555,8 @@ def _job_ended(conn: Connection, job: Row[Any], now: dt.datetime) -> None:
 
 def _settle_run(conn: Connection, run_id: str, now: dt.datetime, *, force_progress: bool = False) -> None:
     """After a job of the run ended: progress (throttled), and the run's end once all ended."""
-    query = sa.select(job_runs).where(job_runs.c.id == run_id)
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()  # two workers ending the last two jobs: one settles
-    run = conn.execute(query).first()
+    # Two workers ending the last two jobs: one settles.
+    run = conn.execute(lock_rows(conn, sa.select(job_runs).where(job_runs.c.id == run_id))).first()
     if run is None:
         return
     # Stamped after the lock: a transaction that waited for it comes later than the one it

@@ -1,6 +1,6 @@
 """Webhook endpoints, deliveries and attempts. Each function is one unit of work run by
-`Database.run`/`Database.read` (or a part of one, such as `enqueue_routed` inside
-`daemon.events.record_event`).
+`Database.run`/`Database.read`. Deliveries are created by the outbox
+(`daemon.storage.outbox`) with their event.
 
 Every lookup is scoped to its owner: another user's endpoint or delivery does not
 exist for the caller.
@@ -28,10 +28,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from daemon.errors import Conflict, NotFound
+from daemon.storage.database import Wake, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
+from daemon.storage.outbox import insert_delivery, record_event
 from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, webhook_endpoints
-from daemon.webhooks.models import DUE_STATUSES, DeliveryMode, DeliveryStatus
-from daemon.webhooks.routing import Subscriber, route
+from daemon.webhooks.models import DUE_STATUSES, DeliveryStatus
 
 # Columns a PATCH may change.
 UPDATABLE = frozenset({"url", "description", "delivery_mode", "events", "body_format", "custom_headers", "enabled"})
@@ -118,6 +119,8 @@ def update_endpoint(conn: Connection, user_id: str, endpoint_id: str, changes: M
     values = dict(changes)
     if values.get("enabled") is True:
         values |= {"disabled_reason": None, "consecutive_dead_deliveries": 0}
+        if not endpoint.enabled:
+            wake_after_commit(conn, Wake.DISPATCHER)  # its waiting deliveries are due again
     elif values.get("enabled") is False and endpoint.enabled:
         values["disabled_reason"] = DISABLED_BY_USER
     elif "enabled" in values and values["enabled"] == endpoint.enabled:
@@ -173,38 +176,6 @@ def unknown_endpoint_ids(conn: Connection, user_id: str, ids: Sequence[str]) -> 
 # --- deliveries: creation ------------------------------------------------------------------
 
 
-def insert_delivery(conn: Connection, *, endpoint_id: str, event_id: str, event_type: str,
-                    now: dt.datetime) -> str:
-    """A new delivery of an event to an endpoint, due now; returns its id."""
-    delivery_id = new_id()
-    conn.execute(deliveries.insert().values(
-        id=delivery_id, endpoint_id=endpoint_id, event_id=event_id, event_type=event_type,
-        status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=now, created_at=now,
-    ))
-    return delivery_id
-
-
-def enqueue_routed(conn: Connection, *, event_id: str, user_id: str, event_type: str, schema_id: str | None,
-                   now: dt.datetime) -> list[str]:
-    """Create the deliveries of a new event to the endpoints routing picks (`daemon.webhooks.routing`);
-    returns their ids. Runs inside the transaction that records the event."""
-    bound: list[str] = []
-    if schema_id is not None:
-        # A deleted schema still binds: jobs queued on it before the delete end with events.
-        bound = list(conn.execute(sa.select(schemas.c.webhook_endpoint_ids).where(
-            schemas.c.id == schema_id, schemas.c.user_id == user_id)).scalar() or [])
-    query = sa.select(webhook_endpoints.c.id, webhook_endpoints.c.delivery_mode, webhook_endpoints.c.events).where(
-        webhook_endpoints.c.user_id == user_id, webhook_endpoints.c.enabled.is_(True))
-    if bound:
-        query = query.where(webhook_endpoints.c.id.in_(bound))
-    else:
-        query = query.where(webhook_endpoints.c.delivery_mode == DeliveryMode.AUTOMATIC)
-    subscribers = [Subscriber(id=row.id, enabled=True, mode=row.delivery_mode, patterns=row.events)
-                   for row in conn.execute(query.order_by(webhook_endpoints.c.id))]
-    return [insert_delivery(conn, endpoint_id=endpoint_id, event_id=event_id, event_type=event_type, now=now)
-            for endpoint_id in route(event_type, subscribers, bound)]
-
-
 def send_event(conn: Connection, user_id: str, endpoint_id: str, *, type: str, data: dict[str, Any],
                now: dt.datetime) -> Row[Any]:
     """Record an event addressed to one endpoint (webhook.ping, a manual send) with its delivery.
@@ -213,8 +184,6 @@ def send_event(conn: Connection, user_id: str, endpoint_id: str, *, type: str, d
         NotFound: no such endpoint of `user_id`.
         Conflict: the endpoint is disabled (nothing would be sent).
     """
-    from daemon.events import record_event  # events routes through this module
-
     endpoint = owned_endpoint(conn, user_id, endpoint_id)
     if not endpoint.enabled:
         raise Conflict("Webhook endpoint is disabled; enable it with PATCH {\"enabled\": true} first")
@@ -324,8 +293,7 @@ def claim_due(
     )
     if full:
         query = query.where(deliveries.c.endpoint_id.not_in(full))
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update(skip_locked=True, of=deliveries)
+    query = lock_rows(conn, query, skip_locked=True, of=deliveries)
     taken: list[str] = []
     free = dict(room)
     for delivery_id, endpoint_id in conn.execute(query):
@@ -425,6 +393,8 @@ def record_attempt(
     )
     if done.rowcount != 1:
         return None
+    if next_attempt_at is not None:
+        wake_after_commit(conn, Wake.DISPATCHER)  # the dispatcher recomputes its sleep to the retry time
     conn.execute(delivery_attempts.insert().values(
         id=new_id(), delivery_id=delivery_id, attempted_at=attempt.at, duration_ms=attempt.duration_ms,
         status_code=attempt.status_code, error=attempt.error, response_body=attempt.response_body,
