@@ -12,6 +12,9 @@
     │   ├── PayloadTooLarge    413
     │   ├── UnsupportedMedia   415
     │   └── TooManyRequests    429 (carries Retry-After)
+    ├── DomainError            the caller, told by the domain, not HTTP: the HTTP seam maps it
+    │   ├── InvalidTransition  409: the resource's state does not allow the change asked for
+    │   └── Missing            404: no such resource of the caller
     └── JobError               a job step failed; `code` is a SPEC §6 errorCode
         ├── TransientJobError  retried with backoff up to the attempt limit
         └── PermanentJobError  fails the job at once
@@ -114,6 +117,31 @@ class TooManyRequests(ApiError):
     def __init__(self, retry_after_s: int, message: str = "Too Many Requests") -> None:
         super().__init__(message, headers={"Retry-After": str(max(1, retry_after_s))})
         self.retry_after_s = retry_after_s
+
+
+class DomainError(DocexError):
+    """A request the domain refuses; `daemon.http.errors` turns it into a 4xx (`api_error`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def api_error(self) -> ApiError:
+        raise NotImplementedError
+
+
+class InvalidTransition(DomainError):
+    """The resource's state does not allow the change asked for (→ 409, with this message)."""
+
+    def api_error(self) -> ApiError:
+        return Conflict(self.message)
+
+
+class Missing(DomainError):
+    """No such resource of the caller (also another user's) (→ 404, with this message)."""
+
+    def api_error(self) -> ApiError:
+        return NotFound(self.message)
 
 
 class JobError(DocexError):

@@ -29,11 +29,6 @@ _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-]{1,128}")
 JSON_BODY_LIMIT_BYTES = 4 * 1024 * 1024
 
 
-def services_of(app: Any) -> Services:
-    services: Services = app.extensions["docex"]
-    return services
-
-
 def create_app(services: Services) -> QuartTrio:
     app = QuartTrio("docex")
     app.request_class = DocexRequest

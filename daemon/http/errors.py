@@ -13,7 +13,7 @@ from quart import Quart, Response, g, jsonify, request
 from quart_schema import RequestSchemaValidationError
 from werkzeug.exceptions import HTTPException
 
-from daemon.errors import ApiError, BadRequest
+from daemon.errors import ApiError, BadRequest, DomainError
 from daemon.http.validation import messages
 
 log = logging.getLogger(__name__)
@@ -30,6 +30,10 @@ def install_error_handlers(app: Quart) -> None:
     @app.errorhandler(ApiError)
     async def _api_error(error: ApiError) -> Response:
         return error_response(error)
+
+    @app.errorhandler(DomainError)
+    async def _domain_error(error: DomainError) -> Response:
+        return error_response(error.api_error())
 
     @app.errorhandler(RequestSchemaValidationError)
     async def _validation(error: RequestSchemaValidationError) -> Response:

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Literal
 
+import trio
 from pydantic import BaseModel, Field
 from quart import Blueprint, request
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
@@ -27,7 +28,8 @@ from daemon.http.pagination import PageQuery, page
 from daemon.http.requests import current_request
 from daemon.http.validation import parse
 from daemon.jobs import filetypes
-from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus, job_json, run_json
+from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
+from daemon.jobs.records import Job, JobRun, job_json, run_json
 from daemon.jobs.upload import StoredFile, Upload, receive_upload
 from daemon.schemas.definition import validate_result
 from daemon.storage.ids import looks_like_id
@@ -41,6 +43,8 @@ tag_blueprint(blueprint, ["jobs"])
 # Multipart framing around one file: boundaries and part headers.
 _MULTIPART_SLACK_BYTES = 64 * 1024
 MAX_FILES_PER_RUN = 1000
+# Deleting a failed request's blobs must finish, but never hang a cancelled request.
+_CLEANUP_S = 10.0
 
 
 class JobQuery(PageQuery):
@@ -201,8 +205,6 @@ def _zip_type(path: Path) -> str | None:
 
 
 async def _in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    import trio
-
     return await trio.to_thread.run_sync(fn, *args)
 
 
@@ -297,10 +299,21 @@ async def _create_idempotently(
     try:
         _, body = await db.run(unit)
     except IntegrityError:
-        if key is None or (replayed := await replay()) is None:
-            raise
-        return replayed
+        if key is not None and (replayed := await replay()) is not None:
+            return replayed  # a concurrent request with the key won; replay() cleaned up
+        await _cleanup_after_failure(cleanup)
+        raise
+    except BaseException:
+        await _cleanup_after_failure(cleanup)
+        raise
     return body, 201, {}
+
+
+async def _cleanup_after_failure(cleanup: Callable[[], Awaitable[None]]) -> None:
+    """Delete the upload of a request whose create failed: no job refers to its blobs, and
+    nothing else would ever delete them. Shielded: a cancelled request cleans up too."""
+    with trio.CancelScope(shield=True), trio.move_on_after(_CLEANUP_S):
+        await cleanup()
 
 
 async def _job_body(job_id: str) -> dict[str, Any]:
@@ -326,11 +339,11 @@ async def _run_body(run_id: str, *, with_jobs: bool = False) -> dict[str, Any]:
     return await services().db.read(load)
 
 
-def _created_job(job: Any) -> tuple[str, dict[str, Any]]:
+def _created_job(job: Job) -> tuple[str, dict[str, Any]]:
     return job.id, job_json(job)
 
 
-def _created_run(conn: Connection, run: Any, created: list[Any]) -> tuple[str, dict[str, Any]]:
+def _created_run(conn: Connection, run: JobRun, created: list[Job]) -> tuple[str, dict[str, Any]]:
     return run.id, {**run_json(run, repo.run_counts(conn, run.id)), "jobs": [job_json(job) for job in created]}
 
 
@@ -431,12 +444,13 @@ async def get_job_file(job_id: str) -> Response:
     job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
     if job is None:
         raise NotFound("Job not found")
-    if not job.blob_key:
+    blob_key = job.blob_key
+    if not blob_key:
         raise NotFound("This job has no file yet")
     blobs = services().blobs
 
     async def stream() -> AsyncIterator[bytes]:
-        async for chunk in blobs.read(job.blob_key):
+        async for chunk in blobs.read(blob_key):
             yield chunk
 
     name = job.file_name or "document"

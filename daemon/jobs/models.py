@@ -1,11 +1,8 @@
-"""Job and batch-run vocabulary, and their JSON shapes (the API's and the events')."""
+"""Job and batch-run vocabulary: statuses, error codes, the job type."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
-
-from daemon.clock import iso
 
 
 class JobStatus(StrEnum):
@@ -51,47 +48,6 @@ class ErrorCode(StrEnum):
 
 
 JOB_TYPE_EXTRACTION = "EXTRACTION"
-
-
-def job_json(row: Any, *, with_result: bool = True) -> dict[str, Any]:
-    """The job object of SPEC §6. Events carry it too (with `result` on job.completed/updated)."""
-    body: dict[str, Any] = {
-        "id": row.id,
-        "type": row.type,
-        "status": row.status,
-        "schemaId": row.schema_id,
-        "jobRunId": row.job_run_id,
-        "fileName": row.file_name,
-        "fileSize": row.file_size,
-        "mimeType": row.mime_type,
-        "sha256": row.sha256,
-        "pageCount": row.page_count,
-        "attempts": row.attempts,
-        "result": row.result if with_result else None,
-        "resultMeta": row.result_meta,
-        "errorMessage": row.error_message,
-        "errorCode": row.error_code,
-        "createdAt": iso(row.created_at),
-        "updatedAt": iso(row.updated_at),
-        "startedAt": iso(row.started_at),
-        "finishedAt": iso(row.finished_at),
-    }
-    if row.original_result is not None:
-        body["originalResult"] = row.original_result
-    return body
-
-
-def run_json(row: Any, counts: dict[str, int]) -> dict[str, Any]:
-    """The batch-run object of SPEC §8."""
-    return {
-        "id": row.id,
-        "status": row.status,
-        "schemaId": row.schema_id,
-        "total": row.total,
-        "counts": {key: counts.get(key, 0) for key in ("queued", "running", "completed", "failed", "cancelled")},
-        "createdAt": iso(row.created_at),
-        "finishedAt": iso(row.finished_at),
-    }
 
 
 def count_key(status: str) -> str:

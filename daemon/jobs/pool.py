@@ -26,8 +26,9 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
+import sqlalchemy as sa
 import trio
 
 from daemon.clock import utcnow
@@ -36,7 +37,8 @@ from daemon.errors import JobError, PermanentJobError, TransientJobError
 from daemon.extraction.pipeline import Extraction, extract
 from daemon.integrations.fetch import FetchedFile, fetch_file
 from daemon.jobs.models import ErrorCode, JobStatus
-from daemon.jobs.retry import next_attempt_at
+from daemon.jobs.records import Job
+from daemon.jobs.retry import job_retry_at
 from daemon.schemas.definition import validate_result
 from daemon.services import Services
 from daemon.storage.blobs import BlobStoreError
@@ -103,15 +105,18 @@ async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
             else:
                 await process_job(services, job, owner)
             failures = 0
-        except Exception:
-            # The database is unreachable or failing: the worker waits and tries again. A job
-            # it held keeps its lease until expiry, then the reaper queues it again.
+        except Exception as exc:
+            # The database is unreachable or failing, or a bug: the worker waits and tries again.
+            # A job it held keeps its lease until expiry, then the reaper queues it again.
             failures += 1
-            log.exception("worker cannot reach the database", extra={"action": "worker.db_error"})
+            if isinstance(exc, sa.exc.DBAPIError):
+                log.exception("worker: database error", extra={"action": "worker.db_error"})
+            else:
+                log.exception("worker failed: %s", type(exc).__name__, extra={"action": "worker.crashed"})
             await wait_any(stop.wait, functools.partial(trio.sleep, min(30.0, 0.5 * 2**failures)))
 
 
-async def _holding_lease(services: Services, job: Any, owner: str, work: Callable[[], Awaitable[T]]) -> T | None:
+async def _holding_lease(services: Services, job: Job, owner: str, work: Callable[[], Awaitable[T]]) -> T | None:
     """`work()`'s outcome, run while renewing the job's lease; None if the lease was lost
     (the work is then cancelled: the job is someone else's now).
 
@@ -134,7 +139,7 @@ async def _holding_lease(services: Services, job: Any, owner: str, work: Callabl
     return outcome
 
 
-async def process_job(services: Services, job: Any, owner: str) -> None:
+async def process_job(services: Services, job: Job, owner: str) -> None:
     """Run one claimed job to its outcome, holding its lease meanwhile."""
     started = time.perf_counter()
     outcome = await _holding_lease(services, job, owner, functools.partial(_attempt, services, job))
@@ -147,12 +152,14 @@ async def process_job(services: Services, job: Any, owner: str) -> None:
         await _record(services, job, owner, outcome, time.perf_counter() - started)
 
 
-async def _attempt(services: Services, job: Any) -> Extraction | JobError:
+async def _attempt(services: Services, job: Job) -> Extraction | JobError:
     config = services.config
     try:
         schema = await services.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
         if schema is None or schema.deleted_at is not None:
             raise PermanentJobError(ErrorCode.SCHEMA_NOT_FOUND, f"Schema {job.schema_id} was deleted")
+        if job.blob_key is None or job.mime_type is None:  # a QUEUED job has its file (fetched_job)
+            raise PermanentJobError(ErrorCode.INTERNAL_ERROR, "The job has no file")
         # The file as a local path for the parsers, for the attempt (S3: a temporary download).
         async with contextlib.AsyncExitStack() as stack:
             try:
@@ -181,7 +188,7 @@ def _blob_store_failed(exc: BlobStoreError) -> JobError:
     return kind(ErrorCode.INTERNAL_ERROR, "The file storage failed; see the daemon log")
 
 
-async def _record(services: Services, job: Any, owner: str, outcome: Extraction | JobError, elapsed: float) -> None:
+async def _record(services: Services, job: Job, owner: str, outcome: Extraction | JobError, elapsed: float) -> None:
     now = utcnow()
     if isinstance(outcome, Extraction):
         done = await services.db.run(
@@ -216,7 +223,7 @@ async def _record(services: Services, job: Any, owner: str, outcome: Extraction 
     services.metrics.job_attempts.labels(label).inc()
 
 
-async def fetch_job(services: Services, job: Any, owner: str) -> None:
+async def fetch_job(services: Services, job: Job, owner: str) -> None:
     """Fetch a claimed PENDING job's file from its integration, holding its lease meanwhile:
     QUEUED once the file is in the blob store (and a worker woken for it), PENDING again
     at the next retry after a transient error, FAILED (job.failed) after a permanent one
@@ -230,7 +237,7 @@ async def fetch_job(services: Services, job: Any, owner: str) -> None:
         await _record_fetch(services, job, owner, outcome)
 
 
-async def _fetch_attempt(services: Services, job: Any) -> FetchedFile | JobError:
+async def _fetch_attempt(services: Services, job: Job) -> FetchedFile | JobError:
     try:
         return await fetch_file(services, job)
     except JobError as error:
@@ -242,7 +249,7 @@ async def _fetch_attempt(services: Services, job: Any) -> FetchedFile | JobError
         return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
 
 
-async def _record_fetch(services: Services, job: Any, owner: str, outcome: FetchedFile | JobError) -> None:
+async def _record_fetch(services: Services, job: Job, owner: str, outcome: FetchedFile | JobError) -> None:
     now = utcnow()
     if isinstance(outcome, FetchedFile):
         done = await services.db.run(
@@ -261,9 +268,9 @@ async def _record_fetch(services: Services, job: Any, owner: str, outcome: Fetch
                                         "error_code": outcome.code, "attempt": job.attempts})
 
 
-def _retry_at(services: Services, job: Any, outcome: JobError, now: dt.datetime) -> dt.datetime | None:
+def _retry_at(services: Services, job: Job, outcome: JobError, now: dt.datetime) -> dt.datetime | None:
     """When the failed attempt runs again under the current settings (None: it fails now)."""
-    return next_attempt_at(
+    return job_retry_at(
         attempts=job.attempts,
         max_attempts=services.config.jobs.max_attempts,
         retryable=outcome.retryable,

@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime as dt
 import random
 
+from daemon.backoff import backoff_s
+
 # A job is retried within minutes, not hours: the cap keeps a flapping provider
 # from parking work for long.
 MAX_DELAY_S = 300.0
 
 
-def next_attempt_at(*, attempts: int, max_attempts: int, retryable: bool, now: dt.datetime,
+def job_retry_at(*, attempts: int, max_attempts: int, retryable: bool, now: dt.datetime,
                     initial_delay_s: float, retry_after_s: float | None = None,
                     rng: random.Random | None = None) -> dt.datetime | None:
     """The time of the next attempt after `attempts` failed ones, or None to fail the job.
@@ -20,9 +22,7 @@ def next_attempt_at(*, attempts: int, max_attempts: int, retryable: bool, now: d
     """
     if not retryable or attempts >= max_attempts:
         return None
-    # Doubling stops at the cap: 2**attempts for a huge max_attempts would overflow a float.
-    doublings = min(attempts - 1, 32)
-    delay = min(MAX_DELAY_S, initial_delay_s * 2**doublings * (1 + (rng or random).uniform(-0.1, 0.1)))
+    delay = backoff_s(attempts, initial_s=initial_delay_s, cap_s=MAX_DELAY_S, rng=rng)
     if retry_after_s is not None:
         delay = max(delay, retry_after_s)
     return now + dt.timedelta(seconds=delay)

@@ -18,6 +18,7 @@ their slow poll.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -62,6 +63,16 @@ def lock_rows(conn: Connection, query: S, *, skip_locked: bool = False, of: Any 
     if not _has_row_locks(conn):
         return query
     return query.with_for_update(skip_locked=skip_locked, of=of)
+
+
+def as_utc(value: object) -> dt.datetime:
+    """An aware UTC datetime from a time the database returned outside a column's type:
+    ``min()`` over a SQLite column comes back as ISO text, naive; PostgreSQL's is aware,
+    in the session's time zone."""
+    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
+    if not isinstance(parsed, dt.datetime):
+        raise TypeError(f"not a time: {value!r}")
+    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
 
 
 def serialize(conn: Connection, name: str) -> None:

@@ -135,6 +135,8 @@ job_runs = sa.Table(
     sa.Column("finished_at", UTCDateTime),
     # job_run.progress is sent at most once a second per run.
     sa.Column("progress_sent_at", UTCDateTime),
+    # A cancel was asked for: the run ends CANCELLED once none of its jobs runs.
+    sa.Column("cancel_requested_at", UTCDateTime),
 )
 
 jobs = sa.Table(

@@ -13,11 +13,9 @@ import email.utils
 import random
 from dataclasses import dataclass
 
+from daemon.backoff import backoff_s
 from daemon.config import WebhooksConfig
 from daemon.webhooks.models import DeliveryStatus
-
-JITTER = 0.1
-FACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -31,13 +29,6 @@ class RetryPolicy:
         return cls(config.backoff_initial_ms, config.backoff_cap_ms, config.max_attempts)
 
 
-def backoff_s(attempts: int, policy: RetryPolicy, rng: random.Random | None = None) -> float:
-    """Seconds to wait after the `attempts`-th failed attempt (attempts ≥ 1), jittered and capped."""
-    base_ms = float(policy.initial_ms * FACTOR ** max(0, attempts - 1))
-    jittered_ms = base_ms * (1 + (rng or random).uniform(-JITTER, JITTER))
-    return min(float(policy.cap_ms), jittered_ms) / 1000
-
-
 def next_attempt_at(
     *,
     attempts: int,
@@ -49,7 +40,7 @@ def next_attempt_at(
     """When to try again after `attempts` failed attempts; None when none is left (DEAD)."""
     if attempts >= policy.max_attempts:
         return None
-    delay = backoff_s(attempts, policy, rng)
+    delay = backoff_s(attempts, initial_s=policy.initial_ms / 1000, cap_s=policy.cap_ms / 1000, rng=rng)
     if retry_after_s is not None:
         delay = max(delay, min(retry_after_s, policy.cap_ms / 1000))
     return now + dt.timedelta(seconds=delay)

@@ -28,6 +28,7 @@ from jobs_helpers import (
     post_run,
     register,
     running_workers,
+    user_id_of,
     wait_for_run,
     wait_for_status,
     with_jobs_config,
@@ -35,6 +36,7 @@ from jobs_helpers import (
 
 from daemon.clock import utcnow
 from daemon.storage.repos import jobs as repo
+from daemon.storage.repos.jobs import JobFilter, NewJob
 
 FILES = [(f"invoice-{i}.txt", f"Invoice Number: INV-{i}\nTotal: 1{i}.50\n".encode()) for i in range(3)]
 
@@ -256,16 +258,21 @@ async def test_cancel_a_run_cancels_its_queued_jobs(client: Any, services: Any, 
     assert await get_run(client, alice, run["id"]) == {key: cancelled[key] for key in RUN_KEYS}
 
 
-async def test_cancel_lets_a_running_job_finish_and_the_run_stays_cancelled(
+async def test_a_cancelled_run_stays_running_until_its_running_job_ends_then_is_cancelled(
         client: Any, services: Any, alice: dict[str, str], schema_id: str) -> None:
     run = await create_run(client, alice, schema_id, FILES[:2])
     claimed = await services.db.run(repo.claim_next, owner="w", now=utcnow(), lease_s=60)
     r = await client.post(f"/api/job-runs/{run['id']}/cancel", headers=alice)
     body = await r.get_json()
     assert r.status_code == 200, body
-    assert body["status"] == "CANCELLED" and body["counts"] == counts(running=1, cancelled=1)
+    # Not final yet: a client waiting for a final status must not read results still coming.
+    assert body["status"] == "RUNNING" and body["counts"] == counts(running=1, cancelled=1)
+    assert body["finishedAt"] is None
     r = await client.get(f"/api/jobs/{claimed.id}", headers=alice)
     assert (await r.get_json())["status"] == "RUNNING"
+    # Cancelling again meanwhile is allowed and changes nothing.
+    again = await (await client.post(f"/api/job-runs/{run['id']}/cancel", headers=alice)).get_json()
+    assert again["status"] == "RUNNING" and again["counts"] == counts(running=1, cancelled=1)
 
     await services.db.run(repo.complete_job, job_id=claimed.id, owner="w", result=INVOICE_RESULT,
                           meta={"provider": "rules"}, page_count=1, now=utcnow())
@@ -274,6 +281,27 @@ async def test_cancel_lets_a_running_job_finish_and_the_run_stays_cancelled(
     assert after["finishedAt"] is not None
     run_types = await event_types(services, run_id=run["id"])
     assert "job_run.completed" not in run_types and "job_run.failed" not in run_types
+    last = (await events_of(services, run_id=run["id"]))[-1]
+    assert last.type == "job_run.progress" and last.data["jobRun"]["status"] == "CANCELLED"
+    await error_of(await client.post(f"/api/job-runs/{run['id']}/cancel", headers=alice), 409)
+
+
+async def test_cancelling_a_run_drops_the_fetch_lease_of_its_pending_jobs(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str) -> None:
+    uid = await user_id_of(client, alice)
+    remote = NewJob(source={"integrationId": "x", "fileId": "y"})
+    run, _ = await services.db.run(repo.create_run, user_id=uid, schema_id=schema_id, items=[remote, remote],
+                                   now=utcnow())
+    fetching = await services.db.run(repo.claim_next, owner="w", now=utcnow(), lease_s=60)
+    assert fetching.status == "PENDING" and fetching.lease_owner == "w"
+    await error_of(await client.post(f"/api/jobs/{fetching.id}/restart", headers=alice), 409)
+    r = await client.post(f"/api/job-runs/{run.id}/cancel", headers=alice)
+    assert r.status_code == 200 and (await r.get_json())["status"] == "CANCELLED"
+    for job in await services.db.read(repo.list_jobs, uid, JobFilter(job_run_id=run.id), 10, None):
+        assert job.status == "CANCELLED"
+        assert (job.lease_owner, job.lease_expires_at) == (None, None)
+    # The worker fetching the file finds the job gone.
+    assert not await services.db.run(repo.renew_lease, job_id=fetching.id, owner="w", now=utcnow(), lease_s=60)
 
 
 async def test_a_finished_run_cannot_be_cancelled(client: Any, services: Any, alice: dict[str, str],

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import trio
+import trio.testing
 from jobs_helpers import (
     CSV_BYTES,
     GARBAGE,
@@ -50,7 +51,8 @@ from daemon.clock import utcnow
 from daemon.errors import PermanentJobError, TransientJobError
 from daemon.jobs import filetypes
 from daemon.jobs.pool import process_job
-from daemon.jobs.retry import next_attempt_at
+from daemon.jobs.retry import job_retry_at
+from daemon.services import Services
 from daemon.storage.repos import jobs as repo
 from daemon.storage.tables import jobs as jobs_table
 
@@ -438,7 +440,7 @@ async def test_a_retryable_failure_is_retried_with_backoff_then_fails(
     for attempt in range(1, max_attempts + 1):
         claimed = await claim(services, now=now)
         assert claimed is not None and claimed.id == job["id"] and claimed.attempts == attempt
-        retry_at = next_attempt_at(attempts=claimed.attempts, max_attempts=max_attempts, retryable=True, now=now,
+        retry_at = job_retry_at(attempts=claimed.attempts, max_attempts=max_attempts, retryable=True, now=now,
                                    initial_delay_s=5.0)
         if attempt < max_attempts:
             assert retry_at is not None
@@ -719,3 +721,54 @@ async def test_unknown_job_ids_are_404(client: Any, alice: dict[str, str]) -> No
     await error_of(await client.post("/api/jobs/nope/restart", headers=alice), 404)
     await error_of(await client.delete("/api/jobs/nope", headers=alice), 404)
 
+
+
+# --- a create transaction that fails ------------------------------------------------------
+
+
+def _refuse_new_jobs(conn: sa.Connection) -> None:
+    """Make every insert into jobs fail inside the database, as a real failing commit would."""
+    if conn.dialect.name == "sqlite":
+        conn.execute(sa.text("CREATE TRIGGER refuse_jobs BEFORE INSERT ON jobs "
+                             "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END"))
+        return
+    conn.execute(sa.text("CREATE FUNCTION refuse_jobs() RETURNS trigger AS $$ BEGIN "
+                         "RAISE EXCEPTION 'refused by the test'; END $$ LANGUAGE plpgsql"))
+    conn.execute(sa.text("CREATE TRIGGER refuse_jobs BEFORE INSERT ON jobs "
+                         "FOR EACH ROW EXECUTE FUNCTION refuse_jobs()"))
+
+
+@pytest.mark.parametrize("idempotency_key", [None, "k-1"])
+async def test_an_upload_whose_create_transaction_fails_leaves_no_blob(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str, idempotency_key: str | None) -> None:
+    await services.db.run(_refuse_new_jobs)
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    r = await post_job(client, alice, schema_id, headers=headers)
+    assert r.status_code == 500, await r.get_json()
+    r = await post_run(client, alice, schema_id, [("a.txt", INVOICE_TXT), ("b.txt", INVOICE_TXT)], headers=headers)
+    assert r.status_code == 500, await r.get_json()
+    assert blob_files(services) == [] and await count_jobs(services) == 0
+
+
+# --- what the worker logs when its loop fails ------------------------------------------------
+
+
+async def test_the_worker_logs_a_bug_as_a_bug_not_as_a_database_error(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    called = trio.Event()
+
+    async def broken(*_: Any) -> None:
+        called.set()
+        raise KeyError("a bug")
+
+    monkeypatch.setattr("daemon.jobs.pool.process_job", broken)
+    await create_job(client, alice, schema_id)
+    with caplog.at_level("ERROR", logger="daemon.jobs.pool"):
+        async with running_workers(services, workers=1):
+            with trio.fail_after(10):
+                await called.wait()
+            await trio.testing.wait_all_tasks_blocked()  # the worker logged, and sleeps before it tries again
+    record = caplog.records[0]
+    assert record.getMessage() == "worker failed: KeyError" and record.action == "worker.crashed"  # type: ignore[attr-defined]
+    assert "database" not in record.getMessage()

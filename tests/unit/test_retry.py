@@ -1,4 +1,4 @@
-"""daemon.jobs.retry.next_attempt_at: when a failed attempt runs again (SPEC §6: timeouts,
+"""daemon.jobs.retry.job_retry_at: when a failed attempt runs again (SPEC §6: timeouts,
 rate limits and provider 5xx are retried with backoff, honouring Retry-After, up to the
 attempt limit; everything else fails at once)."""
 
@@ -9,14 +9,14 @@ import random
 
 import pytest
 
-from daemon.jobs.retry import MAX_DELAY_S, next_attempt_at
+from daemon.jobs.retry import MAX_DELAY_S, job_retry_at
 
 NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 
 
 def delay(attempts: int, *, max_attempts: int = 100, initial: float = 5.0, retry_after: float | None = None,
           seed: int | None = 1, retryable: bool = True) -> float | None:
-    at = next_attempt_at(attempts=attempts, max_attempts=max_attempts, retryable=retryable, now=NOW,
+    at = job_retry_at(attempts=attempts, max_attempts=max_attempts, retryable=retryable, now=NOW,
                          initial_delay_s=initial, retry_after_s=retry_after,
                          rng=None if seed is None else random.Random(seed))
     return None if at is None else (at - NOW).total_seconds()
@@ -91,7 +91,7 @@ def test_no_retry_for_a_permanent_error() -> None:
 
 
 def test_the_time_is_aware_and_after_now() -> None:
-    at = next_attempt_at(attempts=1, max_attempts=3, retryable=True, now=NOW, initial_delay_s=0.05,
+    at = job_retry_at(attempts=1, max_attempts=3, retryable=True, now=NOW, initial_delay_s=0.05,
                          rng=random.Random(3))
     assert at is not None and at.tzinfo is not None and at > NOW
     assert at - NOW < dt.timedelta(seconds=0.06)

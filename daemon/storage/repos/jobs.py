@@ -20,7 +20,11 @@ lease expiries bring it back to PENDING, not QUEUED.
 
 A job that ends inside a batch run updates the run: job_run.progress (at most
 once a second, the last always sent) and, when every job has ended,
-job_run.completed or job_run.failed.
+job_run.completed or job_run.failed (or, for a cancelled run, CANCELLED).
+
+What may happen is decided in `daemon.jobs.transitions` (pure); this module
+loads records, asks, and writes the answer with its event. Rows leave it as
+`Job` and `JobRun` records.
 """
 
 from __future__ import annotations
@@ -30,17 +34,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 
 from daemon.clock import utcnow
-from daemon.errors import Conflict, NotFound
-from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, count_key, job_json, run_json
-from daemon.storage.database import Wake, lock_rows, wake_after_commit
+from daemon.errors import Missing
+from daemon.jobs import transitions
+from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, count_key
+from daemon.jobs.records import Job, JobRun, job_json, run_json
+from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
 from daemon.storage.tables import idempotency_keys, job_runs, jobs
-
-PROGRESS_INTERVAL = dt.timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,17 @@ def _claimable(conn: Connection) -> None:
     wake_after_commit(conn, Wake.WORKERS)
 
 
-def _job(conn: Connection, job_id: str) -> Row[Any]:
-    return conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).one()
+def _job(conn: Connection, job_id: str) -> Job:
+    return Job.from_row(conn.execute(sa.select(jobs).where(jobs.c.id == job_id)).one())
 
 
-def _event(conn: Connection, type: str, job: Row[Any], now: dt.datetime, *, with_result: bool = False) -> None:
+def _run(conn: Connection, run_id: str, *, lock: bool = False) -> JobRun | None:
+    query = sa.select(job_runs).where(job_runs.c.id == run_id)
+    row = conn.execute(lock_rows(conn, query) if lock else query).first()
+    return None if row is None else JobRun.from_row(row)
+
+
+def _event(conn: Connection, type: str, job: Job, now: dt.datetime, *, with_result: bool = False) -> None:
     record_event(
         conn,
         user_id=job.user_id,
@@ -79,7 +89,7 @@ def _event(conn: Connection, type: str, job: Row[Any], now: dt.datetime, *, with
 
 def create_job(
     conn: Connection, *, user_id: str, schema_id: str, new: NewJob, now: dt.datetime, job_run_id: str | None = None
-) -> Row[Any]:
+) -> Job:
     job_id = new_id()
     status = JobStatus.PENDING if new.source is not None and new.blob_key is None else JobStatus.QUEUED
     conn.execute(
@@ -108,14 +118,15 @@ def create_job(
     return job
 
 
-def get_job(conn: Connection, user_id: str, job_id: str) -> Row[Any] | None:
-    return conn.execute(sa.select(jobs).where(jobs.c.id == job_id, jobs.c.user_id == user_id)).first()
+def get_job(conn: Connection, user_id: str, job_id: str) -> Job | None:
+    row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id, jobs.c.user_id == user_id)).first()
+    return None if row is None else Job.from_row(row)
 
 
-def _owned(conn: Connection, user_id: str, job_id: str) -> Row[Any]:
+def _owned(conn: Connection, user_id: str, job_id: str) -> Job:
     job = get_job(conn, user_id, job_id)
     if job is None:
-        raise NotFound("Job not found")
+        raise Missing("Job not found")
     return job
 
 
@@ -128,7 +139,7 @@ class JobFilter:
     created_before: dt.datetime | None = None
 
 
-def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None) -> list[Row[Any]]:
+def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None) -> list[Job]:
     query = sa.select(jobs).where(jobs.c.user_id == user_id).order_by(jobs.c.id.desc()).limit(limit + 1)
     if where.status:
         query = query.where(jobs.c.status == where.status)
@@ -142,36 +153,41 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
         query = query.where(jobs.c.created_at < where.created_before)
     if cursor:
         query = query.where(jobs.c.id < cursor)
-    return list(conn.execute(query))
+    return [Job.from_row(row) for row in conn.execute(query)]
 
 
-def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> Row[Any]:
+def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> Job:
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(updated_at=now, **values))
     return _job(conn, job_id)
 
 
-def cancel_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Row[Any]:
+def cancel_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Job:
+    """PENDING | QUEUED → CANCELLED (job.cancelled). Raises Missing, InvalidTransition."""
     job = _owned(conn, user_id, job_id)
-    if job.status not in (JobStatus.PENDING, JobStatus.QUEUED):
-        raise Conflict(f"Only PENDING or QUEUED jobs can be cancelled (this one is {job.status})")
-    # A PENDING job may be leased to a worker fetching its file: the fetch will find it gone.
-    job = _update(conn, job_id, now, status=JobStatus.CANCELLED, finished_at=now, run_after=None,
-                  lease_owner=None, lease_expires_at=None)
-    _event(conn, "job.cancelled", job, now)
+    transitions.check_cancel(job)
+    job = _cancel(conn, job, now)
     _job_ended(conn, job, now)
     return job
 
 
-def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Row[Any]:
+def _cancel(conn: Connection, job: Job, now: dt.datetime) -> Job:
+    # A PENDING job may be leased to a worker fetching its file: the fetch will find it gone.
+    job = _update(conn, job.id, now, status=JobStatus.CANCELLED, finished_at=now, run_after=None,
+                  lease_owner=None, lease_expires_at=None)
+    _event(conn, "job.cancelled", job, now)
+    return job
+
+
+def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Job:
+    """FAILED → QUEUED (PENDING if its file was never fetched), job.queued. Raises Missing,
+    InvalidTransition."""
     job = _owned(conn, user_id, job_id)
-    if job.status != JobStatus.FAILED:
-        raise Conflict(f"Only FAILED jobs can be restarted (this one is {job.status})")
-    unfetched = job.blob_key is None and job.source is not None
+    status = transitions.restarted_status(job)
     job = _update(
         conn,
         job_id,
         now,
-        status=JobStatus.PENDING if unfetched else JobStatus.QUEUED,
+        status=status,
         attempts=0,
         error_code=None,
         error_message=None,
@@ -181,20 +197,21 @@ def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -
     )
     _event(conn, "job.queued", job, now)
     _claimable(conn)
-    if job.job_run_id:
+    run = _run(conn, job.job_run_id) if job.job_run_id else None
+    if run is not None and transitions.restart_reopens(run):
         conn.execute(
             job_runs.update()
-            .where(job_runs.c.id == job.job_run_id, job_runs.c.status != RunStatus.CANCELLED)
+            .where(job_runs.c.id == run.id)
             .values(status=RunStatus.RUNNING, finished_at=None, updated_at=now)
         )
     return job
 
 
-def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, Any], now: dt.datetime) -> Row[Any]:
-    """Replace a COMPLETED job's result (validated by the caller); the extracted one is kept."""
+def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, Any], now: dt.datetime) -> Job:
+    """Replace a COMPLETED job's result (validated by the caller); the extracted one is kept.
+    Raises Missing, InvalidTransition."""
     job = _owned(conn, user_id, job_id)
-    if job.status != JobStatus.COMPLETED:
-        raise Conflict(f"Only COMPLETED jobs have a result to correct (this one is {job.status})")
+    transitions.check_patch_result(job)
     original = job.original_result if job.original_result is not None else job.result
     job = _update(conn, job_id, now, result=result, original_result=original)
     _event(conn, "job.updated", job, now, with_result=True)
@@ -203,10 +220,10 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
 
 def delete_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> str | None:
     """Delete the job; returns its blob key for the caller to delete. A run it belonged to
-    counts one job less, and ends if that was its last unfinished one."""
+    counts one job less, and ends if that was its last unfinished one. Raises Missing,
+    InvalidTransition."""
     job = _owned(conn, user_id, job_id)
-    if job.status == JobStatus.RUNNING:
-        raise Conflict("A RUNNING job cannot be deleted; cancel is not possible either, wait for it to end")
+    transitions.check_delete(job)
     conn.execute(jobs.delete().where(jobs.c.id == job_id))
     if job.job_run_id:
         conn.execute(job_runs.update().where(job_runs.c.id == job.job_run_id).values(total=job_runs.c.total - 1))
@@ -229,7 +246,7 @@ def _waiting() -> sa.ColumnElement[bool]:
     return sa.and_(jobs.c.status.in_(_CLAIMABLE), jobs.c.lease_owner.is_(None))
 
 
-def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) -> Row[Any] | None:
+def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) -> Job | None:
     """Take the next due job, leased to `owner`, with one more attempt:
 
     - QUEUED → RUNNING (job.started), to run the extraction;
@@ -268,15 +285,7 @@ def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) 
 def next_due(conn: Connection) -> dt.datetime | None:
     """When the earliest QUEUED or unleased PENDING job becomes claimable (None: nothing waits)."""
     value = conn.execute(sa.select(sa.func.min(jobs.c.run_after)).where(_waiting())).scalar()
-    if value is None:
-        return None
-    return value if isinstance(value, dt.datetime) and value.tzinfo else _as_utc(value)
-
-
-def _as_utc(value: Any) -> dt.datetime:
-    # min() over a SQLite column comes back as text, outside the column's type.
-    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
-    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed
+    return None if value is None else as_utc(value)
 
 
 def _held(owner: str, job_id: str, status: JobStatus = JobStatus.RUNNING) -> sa.ColumnElement[bool]:
@@ -309,7 +318,7 @@ def fetched_job(
     sha256: str,
     blob_key: str,
     now: dt.datetime,
-) -> Row[Any] | None:
+) -> Job | None:
     """PENDING → QUEUED once the file is in the blob store, if we still hold the fetch lease
     (else None: the job was cancelled, deleted or taken back; the caller deletes the blob).
 
@@ -350,7 +359,7 @@ def complete_job(
     meta: dict[str, Any],
     page_count: int | None,
     now: dt.datetime,
-) -> Row[Any] | None:
+) -> Job | None:
     """RUNNING → COMPLETED, if we still hold the lease (else None: someone else has it now)."""
     done = conn.execute(
         jobs.update()
@@ -386,8 +395,7 @@ def fail_job(
     message: str,
     now: dt.datetime,
     retry_at: dt.datetime | None,
-    page_count: int | None = None,
-) -> Row[Any] | None:
+) -> Job | None:
     """RUNNING → QUEUED again at `retry_at` (PENDING, fetching its file, stays PENDING until
     then), or either → FAILED when `retry_at` is None. None if the lease is no longer ours."""
     values: dict[str, Any] = {
@@ -397,8 +405,6 @@ def fail_job(
         "lease_owner": None,
         "lease_expires_at": None,
     }
-    if page_count is not None:
-        values["page_count"] = page_count
     if retry_at is not None:
         values |= {"status": _WAITING_AGAIN, "run_after": retry_at}
     else:
@@ -441,9 +447,10 @@ def reap_expired(conn: Connection, *, now: dt.datetime, max_attempts: int) -> in
     FAILED once out of attempts."""
     query = sa.select(jobs).where(jobs.c.status.in_([JobStatus.RUNNING, JobStatus.PENDING]),
                                   jobs.c.lease_expires_at < now)
-    expired = list(conn.execute(lock_rows(conn, query, skip_locked=True)))
+    expired = [Job.from_row(row) for row in conn.execute(lock_rows(conn, query, skip_locked=True))]
     for job in expired:
         if job.attempts >= max_attempts:
+            assert job.lease_owner is not None  # the query took leased jobs only
             fail_job(
                 conn,
                 job_id=job.id,
@@ -466,7 +473,7 @@ def next_lease_expiry(conn: Connection) -> dt.datetime | None:
             jobs.c.status.in_([JobStatus.RUNNING, JobStatus.PENDING])
         )
     ).scalar()
-    return None if value is None else _as_utc(value)
+    return None if value is None else as_utc(value)
 
 
 def status_counts(conn: Connection) -> dict[str, int]:
@@ -480,7 +487,7 @@ def status_counts(conn: Connection) -> dict[str, int]:
 
 def create_run(
     conn: Connection, *, user_id: str, schema_id: str, items: list[NewJob], now: dt.datetime
-) -> tuple[Row[Any], list[Row[Any]]]:
+) -> tuple[JobRun, list[Job]]:
     run_id = new_id()
     conn.execute(
         job_runs.insert().values(
@@ -496,7 +503,8 @@ def create_run(
     created = [
         create_job(conn, user_id=user_id, schema_id=schema_id, new=item, now=now, job_run_id=run_id) for item in items
     ]
-    run = conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id)).one()
+    run = _run(conn, run_id)
+    assert run is not None
     record_event(
         conn,
         user_id=user_id,
@@ -509,8 +517,9 @@ def create_run(
     return run, created
 
 
-def get_run(conn: Connection, user_id: str, run_id: str) -> Row[Any] | None:
-    return conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id, job_runs.c.user_id == user_id)).first()
+def get_run(conn: Connection, user_id: str, run_id: str) -> JobRun | None:
+    row = conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id, job_runs.c.user_id == user_id)).first()
+    return None if row is None else JobRun.from_row(row)
 
 
 def run_counts(conn: Connection, run_id: str) -> dict[str, int]:
@@ -523,90 +532,68 @@ def run_counts(conn: Connection, run_id: str) -> dict[str, int]:
     return counts
 
 
-def list_runs(conn: Connection, user_id: str, limit: int, cursor: str | None) -> list[Row[Any]]:
+def list_runs(conn: Connection, user_id: str, limit: int, cursor: str | None) -> list[JobRun]:
     query = sa.select(job_runs).where(job_runs.c.user_id == user_id).order_by(job_runs.c.id.desc()).limit(limit + 1)
     if cursor:
         query = query.where(job_runs.c.id < cursor)
-    return list(conn.execute(query))
+    return [JobRun.from_row(row) for row in conn.execute(query)]
 
 
-def cancel_run(conn: Connection, user_id: str, run_id: str, now: dt.datetime) -> Row[Any]:
-    """Cancel the run's PENDING and QUEUED jobs (each emits job.cancelled); running ones finish."""
+def cancel_run(conn: Connection, user_id: str, run_id: str, now: dt.datetime) -> JobRun:
+    """Cancel the run's PENDING and QUEUED jobs (each emits job.cancelled); running ones
+    finish, and the run stays RUNNING until none runs, then ends CANCELLED. Raises Missing,
+    InvalidTransition."""
     run = get_run(conn, user_id, run_id)
     if run is None:
-        raise NotFound("Job run not found")
-    if run.status != RunStatus.RUNNING:
-        raise Conflict(f"Only RUNNING job runs can be cancelled (this one is {run.status})")
-    conn.execute(job_runs.update().where(job_runs.c.id == run_id).values(status=RunStatus.CANCELLED, updated_at=now))
+        raise Missing("Job run not found")
+    transitions.check_cancel_run(run)
+    if run.cancel_requested_at is None:
+        conn.execute(job_runs.update().where(job_runs.c.id == run_id)
+                     .values(cancel_requested_at=now, updated_at=now))
     waiting = conn.execute(
-        sa.select(jobs).where(jobs.c.job_run_id == run_id, jobs.c.status.in_([JobStatus.PENDING, JobStatus.QUEUED]))
+        sa.select(jobs).where(jobs.c.job_run_id == run_id, jobs.c.status.in_(transitions.CANCELLABLE))
     )
-    for job in list(waiting):
-        job = _update(conn, job.id, now, status=JobStatus.CANCELLED, finished_at=now, run_after=None)
-        _event(conn, "job.cancelled", job, now)
+    for row in list(waiting):
+        _cancel(conn, Job.from_row(row), now)
     _settle_run(conn, run_id, now, force_progress=True)
-    return conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id)).one()
+    run = _run(conn, run_id)
+    assert run is not None
+    return run
 
 
-def _job_ended(conn: Connection, job: Row[Any], now: dt.datetime) -> None:
+def _job_ended(conn: Connection, job: Job, now: dt.datetime) -> None:
     if job.job_run_id:
         _settle_run(conn, job.job_run_id, now)
 
 
 def _settle_run(conn: Connection, run_id: str, now: dt.datetime, *, force_progress: bool = False) -> None:
-    """After a job of the run ended: progress (throttled), and the run's end once all ended."""
-    # Two workers ending the last two jobs: one settles.
-    run = conn.execute(lock_rows(conn, sa.select(job_runs).where(job_runs.c.id == run_id))).first()
+    """After a job of the run ended (or the run was cancelled): what `transitions.settle_run`
+    decides, written with its events."""
+    run = _run(conn, run_id, lock=True)  # two workers ending the last two jobs: one settles
     if run is None:
         return
     # Stamped after the lock: a transaction that waited for it comes later than the one it
     # waited for, and its events must not look older.
     now = max(now, utcnow())
     counts = run_counts(conn, run_id)
-    finished = counts.get("queued", 0) + counts.get("running", 0) == 0
-    if finished and run.finished_at is None:
-        status = run.status
-        if status == RunStatus.RUNNING:
-            status = RunStatus.FAILED if counts.get("failed", 0) else RunStatus.COMPLETED
+    settlement = transitions.settle_run(run, counts, now, force_progress=force_progress)
+    if settlement.final is not None:
         conn.execute(
             job_runs.update()
             .where(job_runs.c.id == run_id)
-            .values(status=status, finished_at=now, updated_at=now, progress_sent_at=now)
+            .values(status=settlement.final, finished_at=now, updated_at=now, progress_sent_at=now)
         )
-        run = conn.execute(sa.select(job_runs).where(job_runs.c.id == run_id)).one()
-        data = {"jobRun": run_json(run, counts)}
-        record_event(
-            conn,
-            user_id=run.user_id,
-            type="job_run.progress",
-            data=data,
-            now=now,
-            schema_id=run.schema_id,
-            job_run_id=run_id,
-        )
-        if status in (RunStatus.COMPLETED, RunStatus.FAILED):
-            record_event(
-                conn,
-                user_id=run.user_id,
-                type=f"job_run.{status.lower()}",
-                data=data,
-                now=now,
-                schema_id=run.schema_id,
-                job_run_id=run_id,
-            )
-        return
-    due = run.progress_sent_at is None or run.progress_sent_at <= now - PROGRESS_INTERVAL
-    if due or force_progress:
+    elif settlement.progress:
         conn.execute(job_runs.update().where(job_runs.c.id == run_id).values(progress_sent_at=now, updated_at=now))
-        record_event(
-            conn,
-            user_id=run.user_id,
-            type="job_run.progress",
-            data={"jobRun": run_json(run, counts)},
-            now=now,
-            schema_id=run.schema_id,
-            job_run_id=run_id,
-        )
+    else:
+        return
+    run = _run(conn, run_id)
+    assert run is not None
+    data = {"jobRun": run_json(run, counts)}
+    for type in ("job_run.progress", settlement.final_event):
+        if type is not None:
+            record_event(conn, user_id=run.user_id, type=type, data=data, now=now, schema_id=run.schema_id,
+                         job_run_id=run_id)
 
 
 # --- idempotency ----------------------------------------------------------------------

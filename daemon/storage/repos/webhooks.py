@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from daemon.errors import Conflict, NotFound
-from daemon.storage.database import Wake, lock_rows, wake_after_commit
+from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import insert_delivery, record_event
 from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, webhook_endpoints
@@ -335,15 +335,8 @@ def next_due(conn: Connection, *, now: dt.datetime, skip_endpoints: Collection[s
         sa.or_(deliveries.c.lease_expires_at.is_(None), deliveries.c.lease_expires_at < now))).scalar()
     held = conn.execute(base.add_columns(sa.func.min(deliveries.c.lease_expires_at)).where(
         deliveries.c.lease_expires_at >= now)).scalar()
-    times = [_as_utc(v) for v in (free, held) if v is not None]
+    times = [as_utc(v) for v in (free, held) if v is not None]
     return min(times) if times else None
-
-
-def _as_utc(value: Any) -> dt.datetime:
-    # min() over a SQLite column comes back as text, outside the column's type.
-    parsed = dt.datetime.fromisoformat(value) if isinstance(value, str) else value
-    assert isinstance(parsed, dt.datetime)
-    return parsed.replace(tzinfo=dt.UTC) if parsed.tzinfo is None else parsed.astimezone(dt.UTC)
 
 
 @dataclass(frozen=True)

@@ -6,12 +6,14 @@ what commits, and the wake-up must follow the commit, not the call.
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 import sqlalchemy as sa
 
 from daemon.clock import utcnow
 from daemon.services import Services
-from daemon.storage.database import Database
+from daemon.storage.database import Database, as_utc
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
 from daemon.storage.repos import accounts
@@ -34,7 +36,7 @@ async def woken(db: Database) -> tuple[bool, bool]:
 async def owner_with_endpoint(services: Services) -> tuple[str, str]:
     def unit(conn: sa.Connection) -> tuple[str, str]:
         user = accounts.create_user(conn, email="a@example.com", name="A", password_hash="x", now=utcnow())
-        endpoint = webhooks_repo.create_endpoint(
+        webhooks_repo.create_endpoint(
             conn, endpoint_id=new_id(), user_id=user.id, url="https://example.com/hook", description=None,
             delivery_mode="AUTOMATIC", events=["*"], body_format="JSON", custom_headers={},
             secret_sealed=b"sealed", now=utcnow(),
@@ -78,3 +80,15 @@ async def test_a_rolled_back_transaction_wakes_nothing(services: Services) -> No
     for _ in range(services.config.database.pool_size + 1):
         await services.db.run(lambda c: c.execute(sa.select(1)).scalar())
     assert await woken(services.db) == (False, False)
+
+
+def test_times_read_outside_a_column_type_become_aware_utc() -> None:
+    """One conversion for both queues: SQLite's min() is naive ISO text, PostgreSQL's is aware
+    in the session's time zone; both come back as the same aware UTC instant."""
+    utc = dt.datetime(2026, 1, 2, 3, 4, 5, 678000, tzinfo=dt.UTC)
+    paris = utc.astimezone(dt.timezone(dt.timedelta(hours=1)))
+    for value in ("2026-01-02 03:04:05.678000", utc.replace(tzinfo=None), utc, paris):
+        got = as_utc(value)
+        assert got == utc and got.tzinfo is dt.UTC
+    with pytest.raises(TypeError):
+        as_utc(42)
