@@ -1,8 +1,8 @@
 """Batch runs remember a cancel, and end CANCELLED only once none of their jobs runs.
 
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-01
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-11-24
 """
 
 import sqlalchemy as sa
@@ -10,8 +10,8 @@ from alembic import op
 
 from daemon.storage.tables import UTCDateTime
 
-revision = "0006"
-down_revision = "0005"
+revision = "0007"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 
