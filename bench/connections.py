@@ -44,35 +44,14 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the /proc reader the keep-alive test uses
 import harness
 import idle
 from harness import Daemon, verdict
+from proc_sockets import connections_held
 
 REQUEST = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 CLOSE_WAIT = "08"
-LISTEN = "0A"
-
-
-def held_connections(pid: int, port: int) -> list[str]:
-    """TCP states ("01" ESTABLISHED, "08" CLOSE_WAIT, ...) of the connections on `port`
-    that process `pid` still has a file descriptor for; its listening socket left out."""
-    states: dict[str, str] = {}  # socket inode → state
-    for table in ("tcp", "tcp6"):
-        path = Path(f"/proc/{pid}/net/{table}")
-        if path.exists():
-            for line in path.read_text().splitlines()[1:]:
-                fields = line.split()
-                if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] != LISTEN:
-                    states[fields[9]] = fields[3]
-    held = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed while we looked
-            continue
-        if target.startswith("socket:[") and target[8:-1] in states:
-            held.append(states[target[8:-1]])
-    return held
 
 
 def open_fds(pid: int) -> int:
@@ -109,7 +88,7 @@ def connect_and_request(port: int, n: int) -> list[socket.socket]:
 
 
 def held_figure(server: Daemon) -> dict[str, int]:
-    held = held_connections(server.pid, server.port)
+    held = connections_held(server.pid, server.port)
     return {"held": len(held), "close_wait": held.count(CLOSE_WAIT)}
 
 

@@ -7,43 +7,17 @@ Raw sockets talk to a real `docex serve`; what the server still holds is read fr
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from pathlib import Path
 
 import pytest
 import trio
+from proc_sockets import CLOSE_WAIT, connections_held
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads the daemon's sockets in /proc")
 
-LISTEN = "0A"
-CLOSE_WAIT = "08"
 REQUEST = b"GET /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
-
-
-def connections_held(pid: int, port: int) -> list[str]:
-    """The TCP states of the connections on `port` that process `pid` still has a
-    file descriptor for (its listening socket left out)."""
-    states: dict[str, str] = {}  # socket inode → state
-    for table in ("tcp", "tcp6"):
-        path = Path(f"/proc/{pid}/net/{table}")
-        if not path.exists():
-            continue
-        for line in path.read_text().splitlines()[1:]:
-            fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] != LISTEN:
-                states[fields[9]] = fields[3]
-    held = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed while we looked
-            continue
-        if target.startswith("socket:[") and target[8:-1] in states:
-            held.append(states[target[8:-1]])
-    return held
 
 
 async def request_on(stream: trio.SocketStream) -> None:
