@@ -15,7 +15,7 @@ from daemon.extraction.document import Document, Line, Page, Word, grid_text_lin
 from daemon.extraction.parsers import ParseOptions, ocr, parse
 from daemon.extraction.parsers.scanned import ScannedDocument, readings_of
 from daemon.extraction.providers.rules.engine import extract_rules
-from daemon.extraction.providers.rules.receipts import repair_dates
+from daemon.extraction.providers.rules.values import repair_dates
 from daemon.jobs import filetypes
 
 SCHEMA: dict[str, Any] = {

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.extraction.providers.rules.values import fold
+from daemon.extraction.providers.rules.values import ValueKind, fold
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Concept:
     negatives: frozenset[str] = frozenset()
     # Words that cancel the negatives ("Total incl. VAT" is a total).
     positives: frozenset[str] = frozenset()
-    kind: str = "text"  # id, date, amount, currency, party, address, text, email, phone
+    kind: ValueKind = ValueKind.TEXT
     last: bool = False  # among equal candidates, the last in the document wins
     # Phrases in a trigger-matching field that rule this concept out ("due date" is not "date").
     excluded_by: tuple[str, ...] = ()
@@ -85,7 +85,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "order po purchase iban swift bic page seite pagina total amount montant bedrag betrag kvk siret "
             "siren contract period to from address"
         ),
-        kind="id",
+        kind=ValueKind.ID,
     ),
     Concept(
         "due_date",
@@ -97,7 +97,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "fecha de vencimiento|vencimiento|termin platnosci|scadenza",
             "due",
         ),
-        kind="date",
+        kind=ValueKind.DATE,
     ),
     Concept(
         "date",
@@ -121,7 +121,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "check in out arrival departure expiry expiration valid birth start end from to period payment "
             "paiement betaling prelevement reglement print printed sepa mandate"
         ),
-        kind="date",
+        kind=ValueKind.DATE,
     ),
     Concept(
         "subtotal",
@@ -133,7 +133,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "exclusief btw|razem netto|wartosc netto|base imponible|imponibile",
             "net|untaxed amount|amount before tax",
         ),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
         last=True,
     ),
     Concept(
@@ -145,7 +145,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "montant tva|btw bedrag|umsatzsteuer|mehrwertsteuer|kwota vat|iva",
         ),
         negatives=word_set("id no number nr reg registration rate % incl excl base tin"),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
         last=True,
     ),
     Concept(
@@ -173,14 +173,14 @@ CONCEPTS: tuple[Concept, ...] = (
         ),
         positives=word_set("incl incl. inclusive including inc inkl inkl. inclus inclusief incluido ttc brutto gross "
                            "with"),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
         last=True,
     ),
     Concept(
         "currency",
         triggers=("currency", "devise", "wahrung", "valuta", "waluta", "moneda", "iso 4217"),
         labels=_labels("currency|devise|wahrung|valuta|waluta|moneda"),
-        kind="currency",
+        kind=ValueKind.CURRENCY,
     ),
     Concept(
         "vendor",
@@ -196,7 +196,7 @@ CONCEPTS: tuple[Concept, ...] = (
         ),
         negatives=word_set("address adresse no number id vat tax phone tel email reg registration co roc gst "
                            "ssm"),
-        kind="party",
+        kind=ValueKind.PARTY,
     ),
     Concept(
         "customer",
@@ -207,7 +207,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "acheteur|destinataire|cliente|customer name|guest name",
         ),
         negatives=word_set("no number id nr vat tax"),
-        kind="party",
+        kind=ValueKind.PARTY,
     ),
     Concept(
         "address",
@@ -217,19 +217,19 @@ CONCEPTS: tuple[Concept, ...] = (
             "address|adresse|adres|anschrift|direccion|indirizzo|endereco|alamat|location",
         ),
         negatives=word_set("email e-mail mail web ip"),
-        kind="address",
+        kind=ValueKind.ADDRESS,
     ),
     Concept(
         "email",
         triggers=("email", "e-mail", "mail"),
         labels=_labels("email|e-mail|mail|courriel"),
-        kind="email",
+        kind=ValueKind.EMAIL,
     ),
     Concept(
         "phone",
         triggers=("phone", "telephone", "tel", "mobile", "fax"),
         labels=_labels("phone|telephone|tel|mobile|telefon|telefoon|telefono|tel no|phone no|contact no"),
-        kind="phone",
+        kind=ValueKind.PHONE,
     ),
     Concept(
         "order_number",
@@ -237,13 +237,13 @@ CONCEPTS: tuple[Concept, ...] = (
         labels=_labels("order number|order no|order id|order #|po number|po no|p.o. number|purchase order|"
                        "ordernummer|bestellnummer|numero de commande|commande n°|ordernr", "po|order"),
         negatives=word_set("date datum"),
-        kind="id",
+        kind=ValueKind.ID,
     ),
     Concept(
         "iban",
         triggers=("iban", "bank account"),
         labels=_labels("iban|bank account|account number|kto-nr|rekeningnummer"),
-        kind="id",
+        kind=ValueKind.ID,
     ),
 )
 
@@ -255,14 +255,14 @@ PAYMENT_CONCEPTS: dict[str, Concept] = {
                        "tunai|payment|paid|amount paid|visa|mastercard|master|card|credit card|debit card|"
                        "espece|especes|bar|contant|gotowka|efectivo"),
         negatives=word_set("bill change no number refund"),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
     ),
     "change": Concept(
         "change", triggers=(),
         labels=_labels("change|change due|cash change|kembalian|baki|rendu|monnaie rendue|wisselgeld|"
                        "ruckgeld|reszta|cambio|vuelto|resto"),
         negatives=word_set("exchange exchangeable"),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
         last=True,
     ),
 }
@@ -287,14 +287,14 @@ COLUMN_CONCEPTS: tuple[Concept, ...] = (
             "leistung|nazwa|nazwa towaru|descripcion|descrizione|particulars|details|name|product title|"
             "produkt|prestation|code/desc",
         ),
-        kind="text",
+        kind=ValueKind.TEXT,
     ),
     Concept(
         "quantity",
         triggers=("quantity", "qty", "count", "units", "menge", "aantal", "quantite", "ilosc"),
         labels=_labels("quantity|qty|qty.|quantite|qte|menge|anzahl|aantal|ilosc|cantidad|quantita|units|"
                        "nombre|hoeveelheid|pcs|count|no. of units", "unit|hours|hrs"),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
     ),
     Concept(
         "unit_price",
@@ -305,7 +305,7 @@ COLUMN_CONCEPTS: tuple[Concept, ...] = (
             "preis|e-preis|stuckpreis|prijs|prijs per stuk|cena|cena jedn|precio|precio unitario|prezzo|"
             "vk-preis|unit rate|each",
         ),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
     ),
     Concept(
         "amount",
@@ -316,27 +316,27 @@ COLUMN_CONCEPTS: tuple[Concept, ...] = (
             "montant ttc|betrag|gesamt|gesamtpreis|zeilenbetrag|bedrag|totaal|prijs incl. btw|wartosc|"
             "wartosc brutto|importe|importo|sum|value|net amount|amount (rm)|amt",
         ),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
     ),
     Concept(
         "tax_rate",
         triggers=("tax rate", "vat rate", "tax %", "vat %", "tax", "vat", "btw", "tva"),
         labels=_labels("tax rate|vat rate|tax|vat|tva|btw|mwst|vat %|tax %|tax(%)|% tva|% btw|iva|gst"),
-        kind="amount",
+        kind=ValueKind.AMOUNT,
     ),
     Concept(
         "code",
         triggers=("sku", "code", "item code", "product code", "article number", "part number", "ref"),
         labels=_labels("sku|code|item code|product code|article no|art. no|art.-nr|artikelnummer|artikelnr|"
                        "ref|reference|part no|part number|item no|item #|pos", "no|#"),
-        kind="id",
+        kind=ValueKind.ID,
     ),
     Concept(
         "unit",
         triggers=("unit of measure", "uom", "unit"),
         excluded_by=("price", "cost", "rate"),
         labels=_labels("unit|uom|jm|einheit|unite|eenheid"),
-        kind="text",
+        kind=ValueKind.TEXT,
     ),
 )
 
@@ -349,7 +349,7 @@ class FieldLabels:
     index: LabelIndex
     negatives: frozenset[str] = frozenset()
     positives: frozenset[str] = frozenset()
-    kind: str = "text"
+    kind: ValueKind = ValueKind.TEXT
     last: bool = False
     concept: str | None = None
     concepts: tuple[str, ...] = field(default=())
@@ -532,7 +532,7 @@ def _field_labels(name: str, title: str, description: str, columns: bool) -> Fie
         index=LabelIndex(labels),
         negatives=concept.negatives if concept else frozenset(),
         positives=concept.positives if concept else frozenset(),
-        kind=concept.kind if concept else "text",
+        kind=concept.kind if concept else ValueKind.TEXT,
         last=concept.last if concept else False,
         concept=concept.name if concept else None,
         concepts=tuple(c.name for c in found),

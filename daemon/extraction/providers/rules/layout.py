@@ -1,6 +1,6 @@
 """A document indexed for label search: folded page text with offsets back to
 lines and cells, and the few document-wide facts values depend on (decimal
-separator, day-first or month-first dates)."""
+separator, day-first or month-first dates, read by OCR or not)."""
 
 from __future__ import annotations
 
@@ -95,6 +95,8 @@ class Layout:
 
     def __init__(self, document: Document) -> None:
         self.document = document
+        # Read by OCR: values may hold misread characters and are repaired where their shape is sure.
+        self.ocr = any(page.ocr for page in document.pages)
         self.pages: list[PageText] = []
         # Which lines hold each word: label search visits only lines that hold a label's first word.
         self.word_lines: dict[str, list[LineRef]] = {}

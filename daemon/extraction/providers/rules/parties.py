@@ -14,13 +14,11 @@ from __future__ import annotations
 import re
 import statistics
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from enum import Enum
 
-from daemon.extraction.providers.rules.layout import LineRef
+from daemon.extraction.providers.rules.candidates import Candidate
+from daemon.extraction.providers.rules.layout import Layout, LineRef
 from daemon.extraction.providers.rules.values import find_dates
-
-if TYPE_CHECKING:
-    from daemon.extraction.providers.rules.engine import Candidate, Engine
 
 # How many lines from the top the header is read in.
 _HEADER_LINES = 16
@@ -87,10 +85,21 @@ _MORE_NAMES = re.compile(r"(?<![a-z])(?:formerly|known as|licensee|owned by|own 
 _JOINS = ("&", "-", " AND", " and")
 
 
+class LineRole(Enum):
+    """What a header line is, as far as finding the issuer's name and address goes."""
+
+    NOISE = "noise"  # a logo, a stamp, a handwritten note
+    CONTACT = "contact"  # a phone number, an e-mail or web address
+    REGISTRATION = "registration"  # a company or tax number
+    DATE = "date"
+    STOP = "stop"  # the document's own data: no longer the issuer's
+    TEXT = "text"  # a name or an address
+
+
 @dataclass(frozen=True)
 class HeaderLine:
     ref: LineRef
-    role: str  # noise, contact, registration, date, stop, text
+    role: LineRole
 
 
 def _letters(text: str) -> int:
@@ -132,42 +141,38 @@ def _conf(ref: LineRef) -> float:
     return sum(w.conf * len(w.text) for w in words) / chars
 
 
-def header(engine: Engine) -> list[HeaderLine]:
-    """The first lines of the first page, each with its role (memoised per engine)."""
-    found = engine.memo("parties.header")
-    if isinstance(found, list):
-        return found
+def header(layout: Layout) -> list[HeaderLine]:
+    """The first lines of the first page, each with its role (the engine reads them once)."""
     out: list[HeaderLine] = []
-    if engine.layout.pages:
-        lines = engine.layout.pages[0].lines[:_HEADER_LINES]
+    if layout.pages:
+        lines = layout.pages[0].lines[:_HEADER_LINES]
         heights = [ref.line.height for ref in lines] or [1.0]
         usual = statistics.median(heights)
         for ref in lines:
             out.append(HeaderLine(ref, _role(ref, usual)))
-    engine.remember("parties.header", out)
     return out
 
 
-def _role(ref: LineRef, usual_height: float) -> str:
+def _role(ref: LineRef, usual_height: float) -> LineRole:
     folded = ref.folded
     if _is_registration(ref) or _LONG_NUMBER.search(folded):
-        return "registration"
+        return LineRole.REGISTRATION
     if _is_contact(ref):
-        return "contact"
+        return LineRole.CONTACT
     if find_dates(ref.text) or _TIME.search(folded):
-        return "date"
+        return LineRole.DATE
     street = _STREET_WORDS.search(folded) is not None and any(ch.isdigit() for ch in folded)
     if (_STOP.search(folded) or _GLUED_STOP.search(folded)) and not _LEGAL.search(folded) and not street:
-        return "stop"
+        return LineRole.STOP
     # "TRN: 1CR0576494", "Table : 5", a price: the document's own data.
     if (_DATA_FIELD.search(ref.text) or _PRICE.search(ref.text)) and not street:
-        return "stop"
+        return LineRole.STOP
     if _is_noise(ref):
-        return "noise"
+        return LineRole.NOISE
     # A barcode or a logo read as letters: much taller than the text and unsure.
     if ref.line.height > 2.2 * usual_height and _conf(ref) < 0.5 and len(ref.text.split()) <= 2:
-        return "noise"
-    return "text"
+        return LineRole.NOISE
+    return LineRole.TEXT
 
 
 def _substantial(ref: LineRef) -> bool:
@@ -181,16 +186,15 @@ def _address_like(ref: LineRef) -> bool:
         _ADDRESS_WORDS.search(ref.folded) is not None and any(ch.isdigit() for ch in ref.text))
 
 
-def issuer_lines(engine: Engine) -> list[LineRef]:
-    """The lines of the issuer's name at the top of the first page ([] if none)."""
-    lines = header(engine)
+def issuer_lines(lines: list[HeaderLine]) -> list[LineRef]:
+    """The lines of the issuer's name among the `header` lines ([] if none)."""
     names: list[int] = []  # indexes into `lines` of lines that may be the name
     for index, item in enumerate(lines):
-        if item.role == "text" and _address_like(item.ref):
+        if item.role is LineRole.TEXT and _address_like(item.ref):
             break  # the name is above the address
-        if item.role in ("stop", "contact") and any(_substantial(lines[i].ref) for i in names):
+        if item.role in (LineRole.STOP, LineRole.CONTACT) and any(_substantial(lines[i].ref) for i in names):
             break  # and above the phone and the document's data (a slogan may come first)
-        if item.role != "text":
+        if item.role is not LineRole.TEXT:
             continue
         names.append(index)
         if len(names) >= _NAME_LINES:
@@ -204,7 +208,7 @@ def issuer_lines(engine: Engine) -> list[LineRef]:
     # A name over two lines: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA" / "ALAM) SDN BHD".
     if start > 0:
         previous, current = lines[start - 1], lines[start]
-        if (previous.role == "text" and _close(previous.ref, current.ref) and _substantial(previous.ref)
+        if (previous.role is LineRole.TEXT and _close(previous.ref, current.ref) and _substantial(previous.ref)
                 and not _address_like(previous.ref)
                 and (previous.ref.text.rstrip().endswith(_JOINS)
                      or re.match(r"^\(|^(?:sdn|bhd|s/b|ltd|limited|inc|gmbh|enterprise|trading)", current.ref.folded))):
@@ -214,7 +218,7 @@ def issuer_lines(engine: Engine) -> list[LineRef]:
     while index < len(lines) and len(out) < 3:
         item = lines[index]
         last = out[-1]
-        if item.role != "text" or not _close(last, item.ref) or _address_like(item.ref):
+        if item.role is not LineRole.TEXT or not _close(last, item.ref) or _address_like(item.ref):
             break
         name = _clean_name(" ".join(r.text for r in out))
         joins = (
@@ -276,31 +280,30 @@ def _near(word: str, target: str) -> bool:
     return sum(a != b for a, b in zip(word, target, strict=True)) <= 1
 
 
-def vendor_candidate(engine: Engine) -> Candidate | None:
-    from daemon.extraction.providers.rules.engine import Candidate
-
-    lines = issuer_lines(engine)
-    if not lines:
+def vendor_candidate(lines: list[HeaderLine]) -> Candidate | None:
+    """The issuer's name read from the `header` lines."""
+    name = issuer_lines(lines)
+    if not name:
         return None
-    text = _spaced_brackets(_repair_suffix(_clean_name(" ".join(" ".join(ref.text.split()) for ref in lines))))
-    folded = " ".join(r.folded for r in lines)
+    text = _spaced_brackets(_repair_suffix(_clean_name(" ".join(" ".join(ref.text.split()) for ref in name))))
+    folded = " ".join(r.folded for r in name)
     if _LEGAL.search(folded):
         text = _TRAILING_NUMBER.sub("", text)
     if not text:
         return None
     score = 0.6 if _LEGAL.search(folded) else 0.5 if _TRADE.search(folded) else 0.4
-    return Candidate(text, score, lines[0], 0, len(lines[0].text), lines[0].text, extra=lines[1:])
+    return Candidate(text, score, name[0], 0, len(name[0].text), name[0].text, extra=name[1:])
 
 
 def _ends_address(item: HeaderLine) -> bool:
     """Phone, tax and registration numbers, e-mails and the document's own data end an address."""
-    return item.role in ("contact", "registration", "date", "stop") or _letters(item.ref.text) < 2
+    return (item.role in (LineRole.CONTACT, LineRole.REGISTRATION, LineRole.DATE, LineRole.STOP)
+            or _letters(item.ref.text) < 2)
 
 
-def address_lines(engine: Engine) -> list[LineRef]:
+def address_lines(lines: list[HeaderLine]) -> list[LineRef]:
     """The lines after the issuer's name, up to its phone, tax numbers or the document's data."""
-    issuer = issuer_lines(engine)
-    lines = header(engine)
+    issuer = issuer_lines(lines)
     if not lines:
         return []
     positions = {id(item.ref): i for i, item in enumerate(lines)}
@@ -309,10 +312,12 @@ def address_lines(engine: Engine) -> list[LineRef]:
     # may sit between the name and the address: a street address starts with a
     # number or a street word.
     for skipped in range(_BEFORE_ADDRESS + 1):
-        if index >= len(lines) or skipped == _BEFORE_ADDRESS or lines[index].role in ("contact", "stop"):
+        if (index >= len(lines) or skipped == _BEFORE_ADDRESS
+                or lines[index].role in (LineRole.CONTACT, LineRole.STOP)):
             return []
         item = lines[index]
-        if (item.role == "text" and not _LEGAL.search(item.ref.folded) and not _MORE_NAMES.search(item.ref.folded)
+        if (item.role is LineRole.TEXT and not _LEGAL.search(item.ref.folded)
+                and not _MORE_NAMES.search(item.ref.folded)
                 and (any(ch.isdigit() for ch in item.ref.text) or _ADDRESS_WORDS.search(item.ref.folded))):
             break
         index += 1
@@ -324,7 +329,7 @@ def address_lines(engine: Engine) -> list[LineRef]:
         ref = item.ref
         if out and not _close(out[-1], ref):
             break
-        if _ends_address(item) or item.role == "noise":
+        if _ends_address(item) or item.role is LineRole.NOISE:
             break
         if postcode_seen:
             # After the postcode only a state or a country, or a branch in brackets.
@@ -346,10 +351,9 @@ def _clean_line(text: str) -> str:
     return " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " ")
 
 
-def address_candidate(engine: Engine) -> Candidate | None:
-    from daemon.extraction.providers.rules.engine import Candidate
-
-    out = address_lines(engine)
+def address_candidate(lines: list[HeaderLine]) -> Candidate | None:
+    """The issuer's postal address read from the `header` lines."""
+    out = address_lines(lines)
     if not out:
         return None
     text = " ".join(part for part in (_clean_line(ref.text) for ref in out) if part)

@@ -14,16 +14,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from daemon.extraction.providers.rules.candidates import Candidate, typed
+from daemon.extraction.providers.rules.fields import FieldQuery, field_query
+from daemon.extraction.providers.rules.label_reader import LabelReader
 from daemon.extraction.providers.rules.labels import LabelIndex
 from daemon.extraction.providers.rules.layout import LineRef
 from daemon.extraction.providers.rules.values import Found
 
-if TYPE_CHECKING:
-    from daemon.extraction.providers.rules.engine import Engine, FieldSpec
-
-_NUMERIC = ("amount", "integer")
 # Lines that end a table: totals and their relatives at the start of a cell.
 _STOP = re.compile(
     r"^(?:sub[\s-]?total|total|totaal|summe|gesamt|montant total|razem|somme|grand total|tax|vat|tva|btw|"
@@ -34,7 +33,7 @@ _STOP = re.compile(
 @dataclass
 class Column:
     prop: str
-    spec: FieldSpec
+    query: FieldQuery
     x0: float
     x1: float
 
@@ -45,39 +44,39 @@ class Row:
 
 
 class _Values:
-    """`Engine.values_in` for the columns of one table, each cell's text read once
+    """`LabelReader.values_in` for the columns of one table, each cell's text read once
     (a row's numbers are read to tell items from continuation lines, then again
     for their values)."""
 
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, reader: LabelReader) -> None:
+        self.reader = reader
         self.seen: dict[tuple[str, str], list[Found]] = {}
 
-    def __call__(self, spec: FieldSpec, text: str) -> list[Found]:
-        key = (spec.name, text)
+    def __call__(self, query: FieldQuery, text: str) -> list[Found]:
+        key = (query.name, text)
         found = self.seen.get(key)
         if found is None:
-            found = self.seen[key] = self.engine.values_in(spec, text)
+            found = self.seen[key] = self.reader.values_in(query, text)
         return found
 
 
-def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[str, Any], pointer: str,
+def read_table(reader: LabelReader, items: dict[str, Any], pointer: str,
                evidence: dict[str, Any]) -> list[dict[str, Any]]:
-    from daemon.extraction.providers.rules.engine import field_spec
-
-    specs: dict[str, FieldSpec] = {}
+    """The rows of the table whose columns are the properties of `items` (an
+    array's item schema), each with its evidence under `pointer`/row/property."""
+    queries: dict[str, FieldQuery] = {}
     for prop, sub in (items.get("properties") or {}).items():
         if isinstance(sub, dict) and sub.get("type") not in ("object", "array"):
-            specs[prop] = field_spec(prop, sub, column=True)
-    if len(specs) < 1:
+            queries[prop] = field_query(prop, sub, column=True)
+    if len(queries) < 1:
         return []
     rows: list[Row] = []
-    titles = header_index(specs)
-    values = _Values(engine)
-    for page in engine.layout.pages:
+    titles = header_index(queries)
+    values = _Values(reader)
+    for page in reader.layout.pages:
         index = 0
         lines = page.lines
-        headers = [_header(ref, specs, titles) for ref in lines]
+        headers = [_header(ref, queries, titles) for ref in lines]
         while index < len(lines):
             columns = headers[index]
             if columns is None:
@@ -85,13 +84,13 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
                 continue
             index = _rows(values, lines, headers, index + 1, columns, rows)
     out: list[dict[str, Any]] = []
-    pages = engine.layout.pages
+    pages = reader.layout.pages
     for row in rows:
         item: dict[str, Any] = {}
         prefix = f"{pointer}/{len(out)}/"
         for prop, cells in row.cells.items():
-            spec = specs[prop]
-            value, text, ref, cell, start, end = _value(engine, values, spec, cells)
+            query = queries[prop]
+            value, text, ref, cell, start, end = _value(values, query, cells)
             if value is None:
                 continue
             item[prop] = value
@@ -114,7 +113,7 @@ def read_table(engine: Engine, name: str, schema: dict[str, Any], items: dict[st
     return out
 
 
-def _header(ref: LineRef, specs: dict[str, FieldSpec], index: LabelIndex) -> list[Column] | None:
+def _header(ref: LineRef, queries: dict[str, FieldQuery], index: LabelIndex) -> list[Column] | None:
     """The columns when `ref` is a header row of the table, else None."""
     if len(ref.tokens) < 2:
         return None
@@ -140,7 +139,7 @@ def _header(ref: LineRef, specs: dict[str, FieldSpec], index: LabelIndex) -> lis
     covered = sum(sum(map(str.isalpha, folded[s:e])) for s, e, _ in taken)
     if covered < 0.5 * letters:
         return None  # a sentence that happens to name two columns
-    columns = [Column(prop, specs[prop], ref.x_of(start), ref.x_of(end)) for start, end, prop in taken]
+    columns = [Column(prop, queries[prop], ref.x_of(start), ref.x_of(end)) for start, end, prop in taken]
     # A title alone in its cell spans the whole cell (right-aligned numbers sit under it).
     for column, (start, _, _) in zip(columns, taken, strict=True):
         cell = ref.cell_at(start)
@@ -152,11 +151,11 @@ def _header(ref: LineRef, specs: dict[str, FieldSpec], index: LabelIndex) -> lis
     return columns
 
 
-def header_index(specs: dict[str, FieldSpec]) -> LabelIndex:
+def header_index(queries: dict[str, FieldQuery]) -> LabelIndex:
     """One index of every column's titles, whose values are the property names."""
     titles: dict[str, str] = {}
     # Stronger titles first, so a title shared by two columns goes to the one it names best.
-    ranked = sorted(((w, label, prop) for prop, spec in specs.items() for label, w in spec.labels.labels.items()),
+    ranked = sorted(((w, label, prop) for prop, query in queries.items() for label, w in query.labels.labels.items()),
                     key=lambda item: -item[0])
     for _, label, prop in ranked:
         titles.setdefault(label, prop)
@@ -165,8 +164,8 @@ def header_index(specs: dict[str, FieldSpec]) -> LabelIndex:
 
 def _rows(values: _Values, lines: list[LineRef], headers: list[list[Column] | None], start: int,
           columns: list[Column], rows: list[Row]) -> int:
-    numeric = [c for c in columns if c.spec.value_kind in _NUMERIC]
-    text_columns = [c for c in columns if c.spec.value_kind not in _NUMERIC]
+    numeric = [c for c in columns if c.query.kind.numeric]
+    text_columns = [c for c in columns if not c.query.kind.numeric]
     previous = lines[start - 1]
     pitch = max(previous.line.height * 1.2, 1e-6)
     current: Row | None = None
@@ -185,7 +184,7 @@ def _rows(values: _Values, lines: list[LineRef], headers: list[list[Column] | No
         if not assigned:
             break
         has_number = any(
-            values(c.spec, ref.line.words[i].text) for c in numeric for i in assigned.get(c.prop, [])
+            values(c.query, ref.line.words[i].text) for c in numeric for i in assigned.get(c.prop, [])
         )
         if has_number or not numeric:
             current = Row({prop: [(ref, i) for i in cells] for prop, cells in assigned.items()})
@@ -229,24 +228,21 @@ def _first(pair: tuple[float, Column]) -> float:
     return pair[0]
 
 
-def _value(engine: Engine, values_in: _Values, spec: FieldSpec,
+def _value(values_in: _Values, query: FieldQuery,
            cells: list[tuple[LineRef, int]]) -> tuple[Any, str, LineRef, int, int, int]:
     """A column's value in its cells: (value, text, line, cell, start, end), the
     span in the line's text and inside that one cell."""
-    from daemon.extraction.providers.rules.engine import Candidate
-
     ref, first = cells[0]
     start, end = ref.cell_span(first)
-    kind = spec.value_kind
-    if kind in ("text", "party", "address"):
+    if query.kind.written:
         text = " ".join(r.line.words[i].text for r, i in cells)
         return (" ".join(text.split()) or None), text, ref, first, start, end
     for cell_ref, cell in cells:
         s = cell_ref.starts[cell]
-        values = values_in(spec, cell_ref.line.words[cell].text)
+        values = values_in(query, cell_ref.line.words[cell].text)
         if values:
             value = values[0]
             candidate = Candidate(value.value, 1.0, cell_ref, s + value.start, s + value.end,
                                   cell_ref.text[s + value.start : s + value.end])
-            return engine.typed(spec, candidate), candidate.text, cell_ref, cell, candidate.start, candidate.end
+            return typed(query, candidate), candidate.text, cell_ref, cell, candidate.start, candidate.end
     return None, "", ref, first, start, end

@@ -9,7 +9,10 @@ character span they came from, so the caller can point at their boxes:
   the value says otherwise (`DateOrder`);
 - amounts with either decimal separator, thousands groups, currency signs or
   codes on either side and negative forms (``-9,32``, ``(12.00)``);
-- integers, booleans, e-mails, URIs, enum members.
+- integers, booleans, e-mails, URIs, enum members, currencies, phone numbers.
+
+`ValueKind` names what a schema field holds; dates read by OCR are mended
+first (`repair_dates`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,33 @@ import re
 import unicodedata
 from enum import Enum
 from typing import Any, NamedTuple
+
+
+class ValueKind(Enum):
+    """What a field's value is, hence how it is read from text (`fields.read_values`)."""
+
+    DATE = "date"
+    AMOUNT = "amount"
+    INTEGER = "integer"
+    BOOLEAN = "boolean"
+    EMAIL = "email"
+    URI = "uri"
+    ENUM = "enum"
+    CURRENCY = "currency"
+    ID = "id"
+    PHONE = "phone"
+    PARTY = "party"  # a person's or a company's name
+    ADDRESS = "address"
+    TEXT = "text"
+
+    @property
+    def numeric(self) -> bool:
+        return self in (ValueKind.AMOUNT, ValueKind.INTEGER)
+
+    @property
+    def written(self) -> bool:
+        """Read as the words written (a name, an address, any text), not as a value of a shape."""
+        return self in (ValueKind.TEXT, ValueKind.PARTY, ValueKind.ADDRESS)
 
 
 class Found(NamedTuple):
@@ -49,6 +79,14 @@ def fold(text: str) -> str:
         if ord(ch) > 127 and ord(ch) not in _FOLDED:
             _FOLDED[ord(ch)] = _fold_char(ch)
     return text.translate(_FOLDED).lower()
+
+
+_WORD = re.compile(r"[^\W\d_][\w'.\-/]*", re.UNICODE)
+
+
+def words(text: str) -> list[str]:
+    """The words of `text` (letters first, then letters, digits and inner punctuation)."""
+    return [w.strip(".-/'") or w for w in _WORD.findall(text)]
 
 
 # --- dates ---------------------------------------------------------------------
@@ -392,3 +430,63 @@ _ID_FILLERS = {"no", "nr", "n", "n°", "no.", "nr.", "number", "num", "is", "of"
 
 def clean_text(text: str) -> str:
     return " ".join(text.strip(" \t:;|,-–—").split())
+
+
+# --- currencies and phone numbers ------------------------------------------------
+
+_CODES = frozenset(v for v in CURRENCY_SIGNS.values())
+_CURRENCY_TOKEN = re.compile(
+    r"(?<![A-Za-z])(" + "|".join(sorted(_CODES, key=len, reverse=True)) + r")(?![A-Za-z])|[$€£¥₹]|"
+    r"(?<![A-Za-z])(?:Rs\.?|RM|zł|US\$|A\$|C\$|HK\$|S\$)(?=\s?-?\d)"
+)
+_PHONE = re.compile(r"(?<![\w])\+?\(?\d[\d ()./\-]{6,}\d(?![\w])")
+
+
+def find_currencies(text: str) -> list[Found]:
+    out = []
+    for m in _CURRENCY_TOKEN.finditer(text):
+        token = m.group()
+        code = token if token in _CODES else CURRENCY_SIGNS.get(token.lower())
+        if code:
+            out.append(Found(code, m.start(), m.end(), 1.0 if token in _CODES else 0.9))
+    return out
+
+
+def find_phones(text: str) -> list[Found]:
+    return [Found(clean_text(m.group()), m.start(), m.end()) for m in _PHONE.finditer(text)]
+
+
+# --- dates as OCR reads them -------------------------------------------------------
+
+# A date as OCR may read it: digits, their look-alike letters, and one of three separators.
+_DIGITISH = "0-9OoDQIl|SZB"
+_DATE_SHAPE = re.compile(
+    rf"(?<![\w.,/-])([{_DIGITISH}]{{1,2}})(\s?)([/.\-])(\s?)([{_DIGITISH}]{{1,2}})(\s?)([/.\-])(\s?)"
+    rf"([{_DIGITISH}]{{4}}|[{_DIGITISH}]{{2}})(?![\w/])"
+)
+_AS_DIGIT = str.maketrans("OoDQIl|SZB", "0000111528")
+
+
+def repair_dates(text: str) -> str:
+    """`text` with its date-shaped tokens read as dates: look-alike letters as
+    digits ("2O/O3/2Ol8"), a misread separator as the other one ("12.01-19").
+
+    Only tokens of the shape day, separator, month, separator, year with four
+    true digits or more are touched; every character stays in its place, so
+    spans found in the result are spans of `text`. OCR misreads a digit here
+    and there; a text layer is read as printed, so only OCR'd text is mended.
+    """
+    if not any(sep in text for sep in "/.-"):
+        return text
+
+    def fix(match: re.Match[str]) -> str:
+        day, month, year = match.group(1), match.group(5), match.group(9)
+        if sum(ch.isdigit() for ch in day + month + year) < 4:
+            return match.group()
+        first, second = match.group(3), match.group(7)
+        if first != second:
+            second = first
+        return (day.translate(_AS_DIGIT) + match.group(2) + first + match.group(4) + month.translate(_AS_DIGIT)
+                + match.group(6) + second + match.group(8) + year.translate(_AS_DIGIT))
+
+    return _DATE_SHAPE.sub(fix, text)
