@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import trio
-from system_requirements import require_tesseract
+from system_requirements import require_root, require_tesseract
 
 from daemon.config import Config, Secret, load_config
 from daemon.http.app import create_app
@@ -37,6 +37,12 @@ def pytest_report_header() -> str:
 def tesseract_installed() -> None:
     """Skips (fails in CI) where the tesseract OCR engine is not installed: see tests/system_requirements.py."""
     require_tesseract()
+
+
+@pytest.fixture
+def running_as_root() -> None:
+    """Skips (fails in CI) unless the tests run as root: see tests/system_requirements.py."""
+    require_root("changes uid to run the daemon as an unprivileged user (CI runs as root)")
 
 
 @pytest.fixture

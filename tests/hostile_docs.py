@@ -263,6 +263,7 @@ class Hostile:
     suffix: str
     expected: str  # under TEST_LIMITS: COMPLETED or the job's errorCode
     bench: Callable[[Path], Path] | None = None  # the issue-sized file, when it differs
+    ocr: bool = False  # a page without text: read by tesseract
 
 
 HOSTILE: tuple[Hostile, ...] = (
@@ -280,9 +281,9 @@ HOSTILE: tuple[Hostile, ...] = (
     Hostile("tiff-frames", lambda p: tiff_frames(p, 50), "tiff", "TOO_MANY_PAGES",
             lambda p: tiff_frames(p, 5000)),
     Hostile("pdf-huge-mediabox", pdf_huge_mediabox, "pdf", "CORRUPTED_FILE"),
-    Hostile("pdf-big-page", pdf_big_page, "pdf", "COMPLETED"),
+    Hostile("pdf-big-page", pdf_big_page, "pdf", "COMPLETED", ocr=True),
     Hostile("pdf-many-pages", lambda p: pdf_many_pages(p, 3000), "pdf", "TOO_MANY_PAGES"),
-    Hostile("pdf-deep-nesting", pdf_deep_nesting, "pdf", "COMPLETED"),
+    Hostile("pdf-deep-nesting", pdf_deep_nesting, "pdf", "COMPLETED", ocr=True),
     Hostile("pdf-encrypted", pdf_encrypted, "pdf", "CORRUPTED_FILE"),
     Hostile("pdf-broken", pdf_broken, "pdf", "CORRUPTED_FILE"),
     Hostile("html-quadratic", lambda p: html_quadratic(p, 4000), "html", "COMPLETED",

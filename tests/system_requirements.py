@@ -41,5 +41,8 @@ def require_tesseract() -> None:
     require_program("tesseract", debian_package="tesseract-ocr")
 
 
-# For a whole test: `@needs_tesseract`. The fixture is in tests/conftest.py.
+# For a whole test: `@needs_tesseract`, `@needs_root`; the fixtures are in tests/conftest.py.
+# An async test must use these marks rather than call `require_*` in its body: pytest-trio
+# re-raises a skip from inside trio without its reason.
 needs_tesseract = pytest.mark.usefixtures("tesseract_installed")
+needs_root = pytest.mark.usefixtures("running_as_root")
