@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
 from daemon.config import WebhooksConfig
-from daemon.errors import BadRequest, NotFound
+from daemon.errors import BadRequest
 from daemon.events import CATALOG
 from daemon.http.context import no_content, services
 from daemon.http.openapi import NoContent, error_responses
@@ -34,10 +34,8 @@ from daemon.webhooks.models import (
     BodyFormat,
     DeliveryMode,
     DeliveryStatus,
-    attempt_json,
-    delivery_json,
-    endpoint_json,
 )
+from daemon.webhooks.records import Delivery, attempt_json, delivery_json, endpoint_json
 from daemon.webhooks.signing import new_signing_secret
 from daemon.webhooks.validation import MAX_URL_LENGTH, events_problems, header_problems, url_problems
 
@@ -199,7 +197,7 @@ async def _endpoint_body(endpoint_id: str) -> dict[str, Any]:
     return await services().db.read(load)
 
 
-def _delivered(row: Any) -> tuple[dict[str, Any], int]:
+def _delivered(row: Delivery) -> tuple[dict[str, Any], int]:
     return delivery_json(row), 202
 
 
@@ -364,9 +362,7 @@ async def get_delivery(delivery_id: str) -> dict[str, Any]:
     user_id = current_principal().user_id
 
     def load(conn: Connection) -> dict[str, Any]:
-        row = repo.get_delivery(conn, user_id, delivery_id)
-        if row is None:
-            raise NotFound("Webhook delivery not found")
+        row = repo.owned_delivery(conn, user_id, delivery_id)
         return delivery_json(row) | {"attemptLog": [attempt_json(a) for a in repo.list_attempts(conn, row.id)]}
 
     return await services().db.read(load)

@@ -35,7 +35,6 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import httpx
 import trio
@@ -47,7 +46,8 @@ from daemon.storage.repos import webhooks as repo
 from daemon.wakeup import Wakeup, wait_any
 from daemon.webhooks import bodies, schedule, sender
 from daemon.webhooks.keys import open_secret
-from daemon.webhooks.models import BodyFormat, DeliveryStatus
+from daemon.webhooks.models import DeliveryStatus
+from daemon.webhooks.records import ClaimedDelivery
 from daemon.webhooks.signing import signature_header
 
 log = logging.getLogger(__name__)
@@ -107,7 +107,7 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
         config = services.config.webhooks
         room = config.concurrency - slots.total
         try:
-            claimed: list[Any] = []
+            claimed: list[ClaimedDelivery] = []
             if room > 0:
                 limit = min(room, CLAIM_BATCH)
                 claimed = await services.db.run(
@@ -119,9 +119,9 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
                     room={ep: config.per_endpoint_concurrency - n for ep, n in slots.per_endpoint.items()},
                     default_room=config.per_endpoint_concurrency,
                 )
-                for row in claimed:
-                    slots.take(row.endpoint_id)
-                    sends.start_soon(_deliver, services, client, owner, row, slots)
+                for delivery in claimed:
+                    slots.take(delivery.endpoint_id)
+                    sends.start_soon(_deliver, services, client, owner, delivery, slots)
                 if len(claimed) == limit:
                     continue  # more may be due right now
             waits: list[Callable[[], Awaitable[object]]] = [services.stopping.wait]
@@ -144,29 +144,28 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
         await wait_any(*waits)
 
 
-def _request(services: Services, row: Any, now_s: int) -> tuple[bytes, dict[str, str]]:
+def _request(services: Services, delivery: ClaimedDelivery, now_s: int) -> tuple[bytes, dict[str, str]]:
     """The body and headers of one attempt (raises SealError if the secret does not open)."""
     config = services.config.webhooks
-    envelope: bodies.Envelope = {"id": row.event_id, "type": row.type, "data": row.data,
-                                 "occurredAt": iso(row.occurred_at) or ""}
-    fmt = BodyFormat(row.body_format)
-    body = bodies.encode(envelope, fmt)
-    keys = [open_secret(config, row.endpoint_id, row.secret_sealed)]
-    if row.previous_secret_sealed is not None and row.previous_secret_expires_at is not None \
-            and row.previous_secret_expires_at.timestamp() > now_s:
-        keys.append(open_secret(config, row.endpoint_id, row.previous_secret_sealed))
+    envelope: bodies.Envelope = {"id": delivery.event_id, "type": delivery.event_type, "data": delivery.data,
+                                 "occurredAt": iso(delivery.occurred_at) or ""}
+    body = bodies.encode(envelope, delivery.body_format)
+    keys = [open_secret(config, delivery.endpoint_id, delivery.secret_sealed)]
+    if delivery.previous_secret_sealed is not None and delivery.previous_secret_signs(now_s):
+        keys.append(open_secret(config, delivery.endpoint_id, delivery.previous_secret_sealed))
     headers = sender.request_headers(
-        content_type=fmt.content_type,
-        delivery_id=row.id,
-        event_type=row.type,
+        content_type=delivery.body_format.content_type,
+        delivery_id=delivery.id,
+        event_type=delivery.event_type,
         timestamp=now_s,
         signature=signature_header(keys, now_s, body),
-        custom=row.custom_headers or {},
+        custom=delivery.custom_headers,
     )
     return body, headers
 
 
-async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, row: Any, slots: _Slots) -> None:
+async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, delivery: ClaimedDelivery,
+                   slots: _Slots) -> None:
     """One attempt of a claimed delivery, recorded; or, if cancelled before the outcome is
     known, the delivery given back."""
     config = services.config.webhooks
@@ -174,12 +173,12 @@ async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, ro
     settled = False
     try:
         started = utcnow()
-        if row.attempts == 0:
-            metrics.webhook_delivery_latency.observe(max(0.0, (started - row.created_at).total_seconds()))
-        outcome = await _attempt(services, client, row, started)
+        if delivery.attempts == 0:
+            metrics.webhook_delivery_latency.observe(max(0.0, (started - delivery.created_at).total_seconds()))
+        outcome = await _attempt(services, client, delivery, started)
         settled = True
         status, next_at = schedule.after_attempt(
-            succeeded=outcome.succeeded, attempts=row.attempts + 1, now=utcnow(),
+            succeeded=outcome.succeeded, attempts=delivery.attempts + 1, now=utcnow(),
             policy=schedule.RetryPolicy.of(config), retry_after_s=outcome.retry_after_s,
         )
         attempt = repo.Attempt(at=started, duration_ms=outcome.duration_ms, status_code=outcome.status_code,
@@ -188,51 +187,52 @@ async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, ro
         with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
             try:
                 recorded = await services.db.run(
-                    repo.record_attempt, delivery_id=row.id, endpoint_id=row.endpoint_id, owner=owner,
+                    repo.record_attempt, delivery_id=delivery.id, endpoint_id=delivery.endpoint_id, owner=owner,
                     attempt=attempt, status=status, next_attempt_at=next_at,
                     auto_disable_threshold=config.auto_disable_threshold,
                 )
             except Exception:
                 # The lease expires and the delivery is sent again: at least once.
                 log.exception("could not record a delivery attempt",
-                              extra={"action": "webhooks.record_failed", "delivery_id": row.id})
-        _report(services, row, outcome, status, recorded)
+                              extra={"action": "webhooks.record_failed", "delivery_id": delivery.id})
+        _report(services, delivery, outcome, status, recorded)
     finally:
         if not settled:
             with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
                 try:
-                    await services.db.run(repo.release, delivery_ids=[row.id], owner=owner)
-                    log.info("delivery released", extra={"action": "webhooks.released", "delivery_id": row.id})
+                    await services.db.run(repo.release, delivery_ids=[delivery.id], owner=owner)
+                    log.info("delivery released", extra={"action": "webhooks.released", "delivery_id": delivery.id})
                 except Exception:  # its lease expires instead
                     log.exception("could not release a delivery",
-                                  extra={"action": "webhooks.release_failed", "delivery_id": row.id})
-        slots.give_back(row.endpoint_id)
+                                  extra={"action": "webhooks.release_failed", "delivery_id": delivery.id})
+        slots.give_back(delivery.endpoint_id)
 
 
-async def _attempt(services: Services, client: httpx.AsyncClient, row: Any, started: dt.datetime) -> sender.Outcome:
+async def _attempt(services: Services, client: httpx.AsyncClient, delivery: ClaimedDelivery,
+                   started: dt.datetime) -> sender.Outcome:
     """Build, sign and send one attempt; whatever goes wrong is an outcome, not an exception."""
     config = services.config.webhooks
     try:
-        body, headers = _request(services, row, int(started.timestamp()))
-        return await sender.send(client, url=row.url, body=body, headers=headers, timeout_s=config.timeout_ms / 1000,
-                                 allow_private=config.allow_private_networks)
+        body, headers = _request(services, delivery, int(started.timestamp()))
+        return await sender.send(client, url=delivery.url, body=body, headers=headers,
+                                 timeout_s=config.timeout_ms / 1000, allow_private=config.allow_private_networks)
     except SealError:
         return sender.Outcome(duration_ms=0, error="the signing secret does not open with WEBHOOK_ENCRYPTION_KEY "
                                                    "(was the key changed?)")
     except Exception as exc:  # a bug, not the receiver: keep the dispatcher, retry the delivery
-        log.exception("delivery attempt crashed", extra={"action": "webhooks.crashed", "delivery_id": row.id})
+        log.exception("delivery attempt crashed", extra={"action": "webhooks.crashed", "delivery_id": delivery.id})
         return sender.Outcome(duration_ms=0, error=f"internal error ({type(exc).__name__}); see the daemon log")
 
 
-def _report(services: Services, row: Any, outcome: sender.Outcome, status: DeliveryStatus,
+def _report(services: Services, delivery: ClaimedDelivery, outcome: sender.Outcome, status: DeliveryStatus,
             recorded: repo.Recorded | None) -> None:
     label = "lost" if recorded is None else {
         DeliveryStatus.SUCCEEDED: "succeeded", DeliveryStatus.RETRYING: "retrying", DeliveryStatus.DEAD: "dead",
     }[status]
     services.metrics.webhook_deliveries.labels(label).inc()
     extra = {
-        "action": f"webhooks.{label}", "delivery_id": row.id, "endpoint_id": row.endpoint_id,
-        "event_type": row.type, "attempt": row.attempts + 1, "status_code": outcome.status_code,
+        "action": f"webhooks.{label}", "delivery_id": delivery.id, "endpoint_id": delivery.endpoint_id,
+        "event_type": delivery.event_type, "attempt": delivery.attempts + 1, "status_code": outcome.status_code,
         "duration_ms": outcome.duration_ms, "error": outcome.error,
     }
     if label == "succeeded":
@@ -243,4 +243,4 @@ def _report(services: Services, row: Any, outcome: sender.Outcome, status: Deliv
         log.info("delivery attempt failed", extra=extra)
     if recorded is not None and recorded.endpoint_disabled:
         log.warning("webhook endpoint disabled after consecutive dead deliveries",
-                    extra={"action": "webhooks.endpoint_disabled", "endpoint_id": row.endpoint_id})
+                    extra={"action": "webhooks.endpoint_disabled", "endpoint_id": delivery.endpoint_id})

@@ -1,4 +1,6 @@
-"""Webhook vocabulary and JSON shapes: endpoint, delivery, attempt, catalog entry.
+"""Webhook vocabulary: statuses, delivery modes, body formats, the catalog's examples.
+
+The records and their JSON shapes are `daemon.webhooks.records`.
 
 Delivery statuses (SPEC §9)::
 
@@ -17,8 +19,6 @@ from __future__ import annotations
 
 from enum import StrEnum
 from typing import Any, Final
-
-from daemon.clock import iso
 
 
 class DeliveryStatus(StrEnum):
@@ -61,53 +61,6 @@ RESERVED_PREFIXES: Final = ("job.", "job_run.")
 
 MAX_CUSTOM_HEADERS = 20
 RESPONSE_BODY_MAX_BYTES = 1024
-
-
-def endpoint_json(row: Any, schema_ids: list[str]) -> dict[str, Any]:
-    """The endpoint object of SPEC §9 (never the secret: create and rotate add it)."""
-    return {
-        "id": row.id,
-        "url": row.url,
-        "description": row.description,
-        "deliveryMode": row.delivery_mode,
-        "events": list(row.events),
-        "bodyFormat": row.body_format,
-        "customHeaders": dict(row.custom_headers),
-        "enabled": bool(row.enabled),
-        "disabledReason": row.disabled_reason,
-        "consecutiveDeadDeliveries": row.consecutive_dead_deliveries,
-        "schemaIds": schema_ids,
-        "createdAt": iso(row.created_at),
-        "updatedAt": iso(row.updated_at),
-    }
-
-
-def delivery_json(row: Any) -> dict[str, Any]:
-    """The delivery object of SPEC §9."""
-    return {
-        "id": row.id,
-        "endpointId": row.endpoint_id,
-        "eventId": row.event_id,
-        "eventType": row.event_type,
-        "status": row.status,
-        "attempts": row.attempts,
-        "nextAttemptAt": iso(row.next_attempt_at),
-        "lastAttemptAt": iso(row.last_attempt_at),
-        "lastStatusCode": row.last_status_code,
-        "lastError": row.last_error,
-        "createdAt": iso(row.created_at),
-    }
-
-
-def attempt_json(row: Any) -> dict[str, Any]:
-    """One attempt of a delivery, as the delivery detail lists it."""
-    return {
-        "at": iso(row.attempted_at),
-        "durationMs": row.duration_ms,
-        "statusCode": row.status_code,
-        "error": row.error,
-        "responseBody": row.response_body,
-    }
 
 
 # --- the event catalog's examples -----------------------------------------------------

@@ -25,14 +25,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Row
+from sqlalchemy.engine import Connection
 
-from daemon.errors import Conflict, NotFound
+from daemon.errors import InvalidTransition, Missing
 from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import insert_delivery, record_event
 from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, webhook_endpoints
 from daemon.webhooks.models import DUE_STATUSES, DeliveryStatus
+from daemon.webhooks.records import ClaimedDelivery, Delivery, DeliveryAttempt, WebhookEndpoint
 
 # Columns a PATCH may change.
 UPDATABLE = frozenset({"url", "description", "delivery_mode", "events", "body_format", "custom_headers", "enabled"})
@@ -55,38 +56,38 @@ def create_endpoint(
     custom_headers: Mapping[str, str],
     secret_sealed: bytes,
     now: dt.datetime,
-) -> Row[Any]:
+) -> WebhookEndpoint:
     """Store a new, enabled endpoint (its settings already checked, its secret sealed for `endpoint_id`)."""
     conn.execute(webhook_endpoints.insert().values(
         id=endpoint_id, user_id=user_id, url=url, description=description, delivery_mode=delivery_mode,
         events=list(events), body_format=body_format, custom_headers=dict(custom_headers),
         secret_sealed=secret_sealed, enabled=True, consecutive_dead_deliveries=0, created_at=now, updated_at=now,
     ))
-    return conn.execute(sa.select(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id)).one()
+    return owned_endpoint(conn, user_id, endpoint_id)
 
 
-def get_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> Row[Any] | None:
-    return conn.execute(
+def owned_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> WebhookEndpoint:
+    """The endpoint of `user_id`.
+
+    Raises:
+        Missing: no such endpoint of `user_id` (also another user's).
+    """
+    row = conn.execute(
         sa.select(webhook_endpoints)
         .where(webhook_endpoints.c.id == endpoint_id, webhook_endpoints.c.user_id == user_id)
     ).first()
+    if row is None:
+        raise Missing("Webhook endpoint not found")
+    return WebhookEndpoint.from_row(row)
 
 
-def owned_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> Row[Any]:
-    """The endpoint, or NotFound (also for another user's)."""
-    endpoint = get_endpoint(conn, user_id, endpoint_id)
-    if endpoint is None:
-        raise NotFound("Webhook endpoint not found")
-    return endpoint
-
-
-def list_endpoints(conn: Connection, user_id: str, limit: int, cursor: str | None) -> list[Row[Any]]:
+def list_endpoints(conn: Connection, user_id: str, limit: int, cursor: str | None) -> list[WebhookEndpoint]:
     """Up to ``limit + 1`` endpoints of `user_id`, newest first, after `cursor`."""
     query = (sa.select(webhook_endpoints).where(webhook_endpoints.c.user_id == user_id)
              .order_by(webhook_endpoints.c.id.desc()).limit(limit + 1))
     if cursor:
         query = query.where(webhook_endpoints.c.id < cursor)
-    return list(conn.execute(query))
+    return [WebhookEndpoint.from_row(row) for row in conn.execute(query)]
 
 
 def bound_schemas(conn: Connection, user_id: str, endpoint_ids: Collection[str]) -> dict[str, list[str]]:
@@ -105,14 +106,14 @@ def bound_schemas(conn: Connection, user_id: str, endpoint_ids: Collection[str])
 
 
 def update_endpoint(conn: Connection, user_id: str, endpoint_id: str, changes: Mapping[str, Any],
-                    now: dt.datetime) -> Row[Any]:
+                    now: dt.datetime) -> WebhookEndpoint:
     """Apply `changes` (columns in `UPDATABLE`, already checked) to an endpoint of `user_id`.
 
     ``enabled: true`` re-enables it and resets its dead counter; ``enabled: false``
     disables it with a reason saying so.
 
     Raises:
-        NotFound: no such endpoint of `user_id`.
+        Missing: no such endpoint of `user_id`.
     """
     assert changes.keys() <= UPDATABLE, changes.keys() - UPDATABLE
     endpoint = owned_endpoint(conn, user_id, endpoint_id)
@@ -136,7 +137,7 @@ def rotate_secret(conn: Connection, user_id: str, endpoint_id: str, *, new_seale
     """Make `new_sealed` the signing secret; the current one keeps signing for `overlap_s`.
 
     Raises:
-        NotFound: no such endpoint of `user_id`.
+        Missing: no such endpoint of `user_id`.
     """
     endpoint = owned_endpoint(conn, user_id, endpoint_id)
     conn.execute(webhook_endpoints.update().where(webhook_endpoints.c.id == endpoint_id).values(
@@ -151,7 +152,7 @@ def delete_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> None:
     """Delete the endpoint with its deliveries, and unbind it from the owner's schemas.
 
     Raises:
-        NotFound: no such endpoint of `user_id`.
+        Missing: no such endpoint of `user_id`.
     """
     owned_endpoint(conn, user_id, endpoint_id)
     bound = conn.execute(sa.select(schemas.c.id, schemas.c.webhook_endpoint_ids).where(schemas.c.user_id == user_id))
@@ -177,48 +178,50 @@ def unknown_endpoint_ids(conn: Connection, user_id: str, ids: Sequence[str]) -> 
 
 
 def send_event(conn: Connection, user_id: str, endpoint_id: str, *, type: str, data: dict[str, Any],
-               now: dt.datetime) -> Row[Any]:
+               now: dt.datetime) -> Delivery:
     """Record an event addressed to one endpoint (webhook.ping, a manual send) with its delivery.
 
     Raises:
-        NotFound: no such endpoint of `user_id`.
-        Conflict: the endpoint is disabled (nothing would be sent).
+        Missing: no such endpoint of `user_id`.
+        InvalidTransition: the endpoint is disabled (nothing would be sent).
     """
     endpoint = owned_endpoint(conn, user_id, endpoint_id)
     if not endpoint.enabled:
-        raise Conflict("Webhook endpoint is disabled; enable it with PATCH {\"enabled\": true} first")
+        raise InvalidTransition("Webhook endpoint is disabled; enable it with PATCH {\"enabled\": true} first")
     event_id = record_event(conn, user_id=user_id, type=type, data=data, now=now, endpoint_id=endpoint_id)
-    return conn.execute(sa.select(deliveries).where(deliveries.c.event_id == event_id)).one()
+    return Delivery.from_row(conn.execute(sa.select(deliveries).where(deliveries.c.event_id == event_id)).one())
 
 
-def replay(conn: Connection, user_id: str, delivery_id: str, now: dt.datetime) -> Row[Any]:
+def replay(conn: Connection, user_id: str, delivery_id: str, now: dt.datetime) -> Delivery:
     """A new delivery (new id) of the same event to the same endpoint, due now. Any status may be
     replayed; a disabled endpoint's replay waits until the endpoint is enabled again.
 
     Raises:
-        NotFound: no such delivery of `user_id`.
+        Missing: no such delivery of `user_id`.
     """
-    original = get_delivery(conn, user_id, delivery_id)
-    if original is None:
-        raise NotFound("Webhook delivery not found")
+    original = owned_delivery(conn, user_id, delivery_id)
     new = insert_delivery(conn, endpoint_id=original.endpoint_id, event_id=original.event_id,
                           event_type=original.event_type, now=now)
-    return _delivery(conn, new)
+    return Delivery.from_row(conn.execute(sa.select(deliveries).where(deliveries.c.id == new)).one())
 
 
 # --- deliveries: reading -------------------------------------------------------------------
 
 
-def _delivery(conn: Connection, delivery_id: str) -> Row[Any]:
-    return conn.execute(sa.select(deliveries).where(deliveries.c.id == delivery_id)).one()
+def owned_delivery(conn: Connection, user_id: str, delivery_id: str) -> Delivery:
+    """A delivery to an endpoint of `user_id`.
 
-
-def get_delivery(conn: Connection, user_id: str, delivery_id: str) -> Row[Any] | None:
-    return conn.execute(
+    Raises:
+        Missing: no such delivery of `user_id` (also another user's).
+    """
+    row = conn.execute(
         sa.select(deliveries)
         .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
         .where(deliveries.c.id == delivery_id, webhook_endpoints.c.user_id == user_id)
     ).first()
+    if row is None:
+        raise Missing("Webhook delivery not found")
+    return Delivery.from_row(row)
 
 
 @dataclass(frozen=True)
@@ -228,11 +231,11 @@ class DeliveryFilter:
 
 
 def list_deliveries(conn: Connection, user_id: str, endpoint_id: str, where: DeliveryFilter, limit: int,
-                    cursor: str | None) -> list[Row[Any]]:
+                    cursor: str | None) -> list[Delivery]:
     """Up to ``limit + 1`` deliveries of an endpoint of `user_id`, newest first.
 
     Raises:
-        NotFound: no such endpoint of `user_id`.
+        Missing: no such endpoint of `user_id`.
     """
     owned_endpoint(conn, user_id, endpoint_id)
     query = (sa.select(deliveries).where(deliveries.c.endpoint_id == endpoint_id)
@@ -243,15 +246,15 @@ def list_deliveries(conn: Connection, user_id: str, endpoint_id: str, where: Del
         query = query.where(deliveries.c.event_type == where.event_type)
     if cursor:
         query = query.where(deliveries.c.id < cursor)
-    return list(conn.execute(query))
+    return [Delivery.from_row(row) for row in conn.execute(query)]
 
 
-def list_attempts(conn: Connection, delivery_id: str) -> list[Row[Any]]:
+def list_attempts(conn: Connection, delivery_id: str) -> list[DeliveryAttempt]:
     """Every attempt of a delivery, oldest first."""
-    return list(conn.execute(
+    return [DeliveryAttempt.from_row(row) for row in conn.execute(
         sa.select(delivery_attempts).where(delivery_attempts.c.delivery_id == delivery_id)
         .order_by(delivery_attempts.c.attempted_at, delivery_attempts.c.id)
-    ))
+    )]
 
 
 # --- the dispatcher's queue ----------------------------------------------------------------
@@ -274,7 +277,7 @@ def claim_due(
     limit: int,
     room: Mapping[str, int],
     default_room: int,
-) -> list[Row[Any]]:
+) -> list[ClaimedDelivery]:
     """Lease up to `limit` due deliveries to `owner`, at most ``room[endpoint]`` (else
     `default_room`) per endpoint; endpoints with no room are skipped. Each row carries
     what a send needs: the delivery, its endpoint's settings and sealed secrets, its event.
@@ -307,20 +310,20 @@ def claim_due(
         return []
     conn.execute(deliveries.update().where(deliveries.c.id.in_(taken)).values(
         lease_owner=owner, lease_expires_at=now + dt.timedelta(seconds=lease_s)))
-    return list(conn.execute(
+    return [ClaimedDelivery.from_row(row) for row in conn.execute(
         sa.select(
             deliveries.c.id, deliveries.c.endpoint_id, deliveries.c.event_id, deliveries.c.event_type,
             deliveries.c.attempts, deliveries.c.created_at,
             webhook_endpoints.c.url, webhook_endpoints.c.body_format, webhook_endpoints.c.custom_headers,
             webhook_endpoints.c.secret_sealed, webhook_endpoints.c.previous_secret_sealed,
             webhook_endpoints.c.previous_secret_expires_at,
-            events.c.type.label("type"), events.c.data, events.c.occurred_at,
+            events.c.data, events.c.occurred_at,
         )
         .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
         .join(events, events.c.id == deliveries.c.event_id)
         .where(deliveries.c.id.in_(taken))
         .order_by(deliveries.c.next_attempt_at, deliveries.c.id)
-    ))
+    )]
 
 
 def next_due(conn: Connection, *, now: dt.datetime, skip_endpoints: Collection[str] = ()) -> dt.datetime | None:
