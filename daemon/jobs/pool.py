@@ -11,9 +11,9 @@ is due, or a slow poll for jobs created by other processes.
 
 Shutdown: the pool stops claiming; a running job finishes within the grace
 period or, cancelled, is released back to QUEUED (PENDING if its file was being
-fetched; shielded write), so no job is lost and none is left RUNNING by a clean
+fetched; a final write), so no job is lost and none is left RUNNING by a clean
 stop. A crashed process's jobs come back through the reaper when their leases
-expire.
+expire. The lease machinery shared with the webhook dispatcher is `daemon.leasing`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import contextlib
 import datetime as dt
 import functools
 import logging
-import os
-import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -39,6 +37,7 @@ from daemon.integrations.fetch import FetchedFile, fetch_file
 from daemon.jobs.models import ErrorCode, JobStatus
 from daemon.jobs.records import Job
 from daemon.jobs.retry import job_retry_at
+from daemon.leasing import final_write, given_back_if_cancelled, idle_delay, owner_id, poll_interval
 from daemon.schemas.definition import validate_result
 from daemon.services import Services
 from daemon.storage.blobs import BlobStoreError
@@ -48,12 +47,6 @@ from daemon.wakeup import Wakeup, wait_any
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-# How often an idle worker looks for jobs queued by *other* processes. One
-# process wakes its workers directly; this is only the cross-process fallback.
-POLL_S = {"postgresql": 2.0, "sqlite": 30.0}
-# Final writes after cancellation must finish, but never hang a shutdown.
-_SHIELDED_WRITE_S = 10.0
 
 
 async def run_workers(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -65,7 +58,6 @@ async def run_workers(services: Services, *, task_status: trio.TaskStatus[None] 
             resized.set()
 
     services.reload_hooks.append(on_reload)
-    process_id = f"{socket.gethostname()}:{os.getpid()}"
     stops: list[trio.Event] = []
     async with trio.open_nursery() as nursery:
 
@@ -74,7 +66,7 @@ async def run_workers(services: Services, *, task_status: trio.TaskStatus[None] 
             while len(stops) < want:
                 stop = trio.Event()
                 stops.append(stop)
-                nursery.start_soon(_worker, services, f"{process_id}:{len(stops)}:{time.monotonic_ns()}", stop)
+                nursery.start_soon(_worker, services, owner_id(f"worker{len(stops)}"), stop)
             while len(stops) > want:
                 stops.pop().set()
             services.running["workers"] = want > 0 or services.config.jobs.workers == 0
@@ -89,7 +81,7 @@ async def run_workers(services: Services, *, task_status: trio.TaskStatus[None] 
 
 
 async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
-    poll_s = POLL_S[services.db.url.get_backend_name()]
+    poll_s = poll_interval(services.db.url.get_backend_name())
     failures = 0
     while not stop.is_set():
         try:
@@ -97,8 +89,7 @@ async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
                                         lease_s=services.config.jobs.lease_s)
             if job is None:
                 due = await services.db.read(repo.next_due)
-                delay = poll_s if due is None else min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
-                await wait_any(stop.wait, functools.partial(services.db.jobs_due.sleep, delay))
+                await wait_any(stop.wait, functools.partial(services.db.jobs_due.sleep, idle_delay(due, poll_s)))
                 continue
             if job.status == JobStatus.PENDING:
                 await fetch_job(services, job, owner)
@@ -120,22 +111,19 @@ async def _holding_lease(services: Services, job: Job, owner: str, work: Callabl
     """`work()`'s outcome, run while renewing the job's lease; None if the lease was lost
     (the work is then cancelled: the job is someone else's now).
 
-    Cancelled from outside (shutdown past the grace period), the job is given back
-    (shielded, time-bounded write) and the cancellation propagates.
+    Cancelled from outside (shutdown past the grace period), the job is given back (it
+    runs again elsewhere or later) and the cancellation propagates.
     """
+
+    async def give_back() -> None:
+        await services.db.run(repo.release_job, job_id=job.id, owner=owner, now=utcnow())
+        log.info("job released", extra={"action": "job.released", "job_id": job.id})
+
     outcome: T | None = None
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_keep_lease, services, job.id, owner, nursery.cancel_scope)
-            outcome = await work()
-            nursery.cancel_scope.cancel()
-    except* trio.Cancelled:
-        # Shutdown past the grace period: give the job back, it runs again elsewhere or later.
-        # (except*: the cancellation leaves the nursery wrapped in an exception group.)
-        with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
-            await services.db.run(repo.release_job, job_id=job.id, owner=owner, now=utcnow())
-            log.info("job released", extra={"action": "job.released", "job_id": job.id})
-        raise
+    async with given_back_if_cancelled(give_back, {"job_id": job.id}), trio.open_nursery() as nursery:
+        nursery.start_soon(_keep_lease, services, job.id, owner, nursery.cancel_scope)
+        outcome = await work()
+        nursery.cancel_scope.cancel()
     return outcome
 
 
@@ -148,7 +136,7 @@ async def process_job(services: Services, job: Job, owner: str) -> None:
         services.metrics.job_attempts.labels("lost").inc()
         log.warning("lease lost", extra={"action": "job.lease_lost", "job_id": job.id})
         return
-    with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+    with final_write():
         await _record(services, job, owner, outcome, time.perf_counter() - started)
 
 
@@ -233,7 +221,7 @@ async def fetch_job(services: Services, job: Job, owner: str) -> None:
     if outcome is None:
         log.warning("lease lost", extra={"action": "job.lease_lost", "job_id": job.id})
         return
-    with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+    with final_write():
         await _record_fetch(services, job, owner, outcome)
 
 

@@ -14,12 +14,13 @@ for a slow poll that notices deliveries queued by other processes.
 
 Each send resolves and checks its host (`ssrf`), signs the exact body and
 records the attempt and the delivery's new status in one transaction
-(`repos.webhooks.record_attempt`), shielded from cancellation. Settings are
+(`repos.webhooks.record_attempt`), a final write (shielded from cancellation,
+time-bounded; `daemon.leasing`, shared with the worker pool). Settings are
 read from `services.config` at each use, so SIGHUP applies at once.
 
 Shutdown: once `services.stopping` is set no more is claimed and in-flight
 sends finish (each is bounded by the timeout). A send cancelled past the
-grace period gives its delivery back (shielded write) without counting an
+grace period gives its delivery back (a final write) without counting an
 attempt; it is sent again later with the same X-Webhook-Id. A crashed
 process's leased deliveries become due again when their leases expire.
 Delivery is therefore at least once: receivers deduplicate on X-Webhook-Id.
@@ -30,9 +31,6 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
-import os
-import socket
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 
@@ -41,6 +39,7 @@ import trio
 
 from daemon.clock import iso, utcnow
 from daemon.crypto import SealError
+from daemon.leasing import final_write, given_back_if_cancelled, idle_delay, owner_id, poll_interval
 from daemon.services import Services
 from daemon.storage.repos import webhooks as repo
 from daemon.wakeup import Wakeup, wait_any
@@ -52,15 +51,10 @@ from daemon.webhooks.signing import signature_header
 
 log = logging.getLogger(__name__)
 
-# How often an idle dispatcher looks for deliveries enqueued by *other* processes; an
-# enqueue in this process wakes it at once (see daemon.jobs.pool.POLL_S).
-POLL_S = {"postgresql": 2.0, "sqlite": 30.0}
 # A lease covers the attempt (bounded by the timeout) and the write of its outcome.
 LEASE_MARGIN_S = 5.0
 # Deliveries claimed per transaction at most.
 CLAIM_BATCH = 32
-# Final writes after cancellation must finish, but never hang a shutdown.
-_SHIELDED_WRITE_S = 10.0
 # After a database error the loop waits this long before trying again.
 _ERROR_BACKOFF_S = 1.0
 # Something is due but could not be claimed (another process holds its row lock): look again soon.
@@ -89,7 +83,7 @@ class _Slots:
 
 async def run_dispatcher(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """Send due deliveries until the process drains; return once in-flight sends are done."""
-    owner = f"{socket.gethostname()[:30]}:{os.getpid()}:webhooks:{time.monotonic_ns() % 10**9}"
+    owner = owner_id("webhooks")
     slots = _Slots()
     async with sender.open_client() as client, trio.open_nursery() as sends:
         services.running["dispatcher"] = True
@@ -102,7 +96,7 @@ async def run_dispatcher(services: Services, *, task_status: trio.TaskStatus[Non
 
 async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str, slots: _Slots,
                       sends: trio.Nursery) -> None:
-    poll_s = POLL_S[services.db.url.get_backend_name()]
+    poll_s = poll_interval(services.db.url.get_backend_name())
     while not services.stopping.is_set():
         config = services.config.webhooks
         room = config.concurrency - slots.total
@@ -130,11 +124,9 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
             else:
                 busy = [ep for ep, n in slots.per_endpoint.items() if n >= config.per_endpoint_concurrency]
                 due = await services.db.read(repo.next_due, now=utcnow(), skip_endpoints=busy)
-                delay = poll_s
-                if due is not None:
-                    delay = min(poll_s, max(0.0, (due - utcnow()).total_seconds()))
-                    if delay == 0.0 and not claimed:
-                        delay = _CONTENDED_S
+                delay = idle_delay(due, poll_s)
+                if due is not None and delay == 0.0 and not claimed:
+                    delay = _CONTENDED_S
                 waits.append(functools.partial(services.db.deliveries_due.sleep, delay))
                 if busy:
                     waits.append(slots.freed.sleep)
@@ -169,14 +161,18 @@ async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, de
     """One attempt of a claimed delivery, recorded; or, if cancelled before the outcome is
     known, the delivery given back."""
     config = services.config.webhooks
-    metrics = services.metrics
-    settled = False
+
+    async def release() -> None:
+        await services.db.run(repo.release, delivery_ids=[delivery.id], owner=owner)
+        log.info("delivery released", extra={"action": "webhooks.released", "delivery_id": delivery.id})
+
     try:
         started = utcnow()
         if delivery.attempts == 0:
-            metrics.webhook_delivery_latency.observe(max(0.0, (started - delivery.created_at).total_seconds()))
-        outcome = await _attempt(services, client, delivery, started)
-        settled = True
+            services.metrics.webhook_delivery_latency.observe(
+                max(0.0, (started - delivery.created_at).total_seconds()))
+        async with given_back_if_cancelled(release, {"delivery_id": delivery.id}):
+            outcome = await _attempt(services, client, delivery, started)
         status, next_at = schedule.after_attempt(
             succeeded=outcome.succeeded, attempts=delivery.attempts + 1, now=utcnow(),
             policy=schedule.RetryPolicy.of(config), retry_after_s=outcome.retry_after_s,
@@ -184,7 +180,7 @@ async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, de
         attempt = repo.Attempt(at=started, duration_ms=outcome.duration_ms, status_code=outcome.status_code,
                                error=outcome.error, response_body=outcome.response_body)
         recorded = None
-        with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
+        with final_write():
             try:
                 recorded = await services.db.run(
                     repo.record_attempt, delivery_id=delivery.id, endpoint_id=delivery.endpoint_id, owner=owner,
@@ -197,14 +193,6 @@ async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, de
                               extra={"action": "webhooks.record_failed", "delivery_id": delivery.id})
         _report(services, delivery, outcome, status, recorded)
     finally:
-        if not settled:
-            with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_WRITE_S):
-                try:
-                    await services.db.run(repo.release, delivery_ids=[delivery.id], owner=owner)
-                    log.info("delivery released", extra={"action": "webhooks.released", "delivery_id": delivery.id})
-                except Exception:  # its lease expires instead
-                    log.exception("could not release a delivery",
-                                  extra={"action": "webhooks.release_failed", "delivery_id": delivery.id})
         slots.give_back(delivery.endpoint_id)
 
 
