@@ -197,6 +197,8 @@ class IntegrationsConfig:
 
 
 OCR_ENGINES = ("tesseract", "rapidocr")
+# Extractors a schema (its x-docex-provider) or extraction.provider may name.
+PROVIDERS = ("rules", "openai", "anthropic")
 
 
 @dataclass(frozen=True)
@@ -536,7 +538,7 @@ def _validate(c: Config) -> list[str]:
     secret = c.auth.jwt_access_secret
     check(secret is None or len(secret.reveal()) >= 32,
           "JWT_ACCESS_SECRET: must be at least 32 characters")
-    check(c.extraction.provider in {"rules", "openai", "anthropic"},
+    check(c.extraction.provider in PROVIDERS,
           f"extraction.provider: must be rules, openai or anthropic (got {c.extraction.provider!r})")
     check(c.extraction.ocr_engine in OCR_ENGINES,
           f"extraction.ocr_engine: must be tesseract or rapidocr (got {c.extraction.ocr_engine!r})")

@@ -20,8 +20,8 @@ import trio
 from daemon.config import Config
 from daemon.errors import JobError
 from daemon.extraction.pipeline import extract, schema_of, warn_if_ocr_missing
-from daemon.extraction.providers.base import PROVIDER_KEYWORD
 from daemon.jobs import filetypes
+from daemon.schemas.definition import PROVIDER_KEYWORD
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2

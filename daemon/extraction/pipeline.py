@@ -27,13 +27,14 @@ import httpx
 import trio
 import trio_parallel
 
-from daemon.config import Config
+from daemon.config import PROVIDERS, Config
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 from daemon.extraction.parsers.base import ParseOptions
 from daemon.extraction.parsers.rapidocr import rapidocr_version
-from daemon.extraction.providers.base import PROVIDER_KEYWORD, PROVIDERS, Provider, ProviderOutput
+from daemon.extraction.providers.base import Provider, ProviderOutput
 from daemon.extraction.worker import Failure, RulesOutcome, extract_with_rules, parse_document
+from daemon.schemas.definition import PROVIDER_KEYWORD
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -18,8 +18,8 @@ from daemon.auth.guard import install_guard
 from daemon.http import admin, auth, docs, integrations, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
 from daemon.http.openapi import DocexOpenAPI
+from daemon.http.ops import refresh_job_gauges
 from daemon.http.requests import DocexRequest, FlowControlledHTTPConnection, current_request, refuse_unusable_requests
-from daemon.jobs.pool import refresh_job_gauges
 from daemon.services import Services
 
 access_log = logging.getLogger("daemon.http.access")

@@ -15,7 +15,10 @@ from daemon import __version__
 from daemon.auth.guard import public
 from daemon.http.context import services
 from daemon.http.openapi import PlainText
+from daemon.jobs.models import JobStatus
+from daemon.services import Services
 from daemon.storage.migrate import is_current
+from daemon.storage.repos import jobs as jobs_repo
 
 log = logging.getLogger(__name__)
 blueprint = Blueprint("ops", __name__)
@@ -78,3 +81,11 @@ async def metrics() -> Response:
     """Prometheus text exposition."""
     body = await services().metrics.render()
     return Response(body, content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def refresh_job_gauges(shared: Services) -> None:
+    """Read jobs by status from the database for a /metrics scrape (all processes' jobs)."""
+    counts = await shared.db.read(jobs_repo.status_counts)
+    for status in JobStatus:
+        shared.metrics.jobs_by_status.labels(status.value).set(counts.get(status.value, 0))
+    shared.metrics.queue_depth.set(counts.get(JobStatus.QUEUED, 0) + counts.get(JobStatus.PENDING, 0))

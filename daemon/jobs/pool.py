@@ -304,11 +304,3 @@ async def run_reaper(services: Services, *, task_status: trio.TaskStatus[None] =
             await trio.sleep(delay)
     finally:
         services.running["reaper"] = False
-
-
-async def refresh_job_gauges(services: Services) -> None:
-    """Read jobs by status from the database for a /metrics scrape (all processes' jobs)."""
-    counts = await services.db.read(repo.status_counts)
-    for status in JobStatus:
-        services.metrics.jobs_by_status.labels(status.value).set(counts.get(status.value, 0))
-    services.metrics.queue_depth.set(counts.get(JobStatus.QUEUED, 0) + counts.get(JobStatus.PENDING, 0))

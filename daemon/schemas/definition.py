@@ -23,16 +23,21 @@ names that are not identifiers are quoted: ``definition.properties["unit price"]
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft202012Validator, FormatChecker
+from daemon.config import PROVIDERS
 
-from daemon.extraction.providers.base import PROVIDER_KEYWORD, PROVIDERS
+if TYPE_CHECKING:
+    from jsonschema import FormatChecker
+    from jsonschema.protocols import Validator
 
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
+# Top-level keyword of a schema definition choosing its provider (one of config.PROVIDERS).
+PROVIDER_KEYWORD = "x-docex-provider"
 TYPES = ("string", "number", "integer", "boolean", "object", "array")
 SCALAR_TYPES = ("string", "number", "integer", "boolean")
 ITEM_TYPES = (*SCALAR_TYPES, "object")  # no arrays of arrays
@@ -60,7 +65,15 @@ TYPE_NOUNS = {"string": "a string", "number": "a number", "integer": "an integer
 Path = tuple[str | int, ...]
 
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
-_META = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
+# jsonschema (and what it loads, ~70 ms) is imported when a definition or a result is
+# first checked, not when the API starts.
+@functools.cache
+def _meta_validator() -> Validator:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(Draft202012Validator.META_SCHEMA)
 
 
 def json_path(root: str, parts: Iterable[str | int]) -> str:
@@ -107,7 +120,7 @@ def check_definition(definition: object, *, root: str = "definition") -> list[st
     found = list(walk.found)
     if not walk.over_limit:
         reported = [path for path, _ in walk.found]
-        for error in _META.iter_errors(definition):
+        for error in _meta_validator().iter_errors(definition):
             path = tuple(error.absolute_path)
             if not any(path[: len(p)] == p for p in reported):
                 found.append((path, f": {error.message}"))
@@ -282,11 +295,17 @@ def _on_strings(check: Callable[[str], bool]) -> Callable[[object], bool]:
     return checker
 
 
-FORMAT_CHECKER = FormatChecker(formats=())
-FORMAT_CHECKER.checks("date")(_on_strings(is_date))
-FORMAT_CHECKER.checks("date-time")(_on_strings(is_date_time))
-FORMAT_CHECKER.checks("email")(_on_strings(is_email))
-FORMAT_CHECKER.checks("uri")(_on_strings(is_uri))
+@functools.cache
+def format_checker() -> FormatChecker:
+    """The formats a result must match (date, date-time, email, uri), always enforced."""
+    from jsonschema import FormatChecker
+
+    checker = FormatChecker(formats=())
+    checker.checks("date")(_on_strings(is_date))
+    checker.checks("date-time")(_on_strings(is_date_time))
+    checker.checks("email")(_on_strings(is_email))
+    checker.checks("uri")(_on_strings(is_uri))
+    return checker
 
 
 # --- results -------------------------------------------------------------------------
@@ -305,7 +324,9 @@ def validate_result(definition: dict[str, Any], result: object) -> list[str]:
     Formats (date, date-time, email, uri) are enforced. At most `MAX_RESULT_ERRORS`
     errors, each at most `MAX_MESSAGE_CHARS` long, in document order of the schema.
     """
-    validator = Draft202012Validator(definition, format_checker=FORMAT_CHECKER)
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(definition, format_checker=format_checker())
     errors: dict[str, None] = {}
     for error in validator.iter_errors(result):
         path = tuple(error.absolute_path)

@@ -8,9 +8,9 @@ import pytest
 
 from daemon.schemas.definition import (
     DIALECT,
-    FORMAT_CHECKER,
     MAX_RESULT_ERRORS,
     check_definition,
+    format_checker,
     validate_result,
 )
 
@@ -252,14 +252,14 @@ def test_formats_are_enforced(key: str, value: str, fmt: str) -> None:
     ("uri", "urn:isbn:0451450523"),
 ])
 def test_valid_formats_pass(fmt: str, value: str) -> None:
-    assert FORMAT_CHECKER.conforms(value, fmt)
+    assert format_checker().conforms(value, fmt)
 
 
 def test_date_time_and_uri_are_checked_without_optional_packages() -> None:
     # jsonschema's defaults for these two silently accept anything when rfc3339-validator
     # and rfc3987 are absent; ours must not.
-    assert not FORMAT_CHECKER.conforms("yesterday", "date-time")
-    assert not FORMAT_CHECKER.conforms("not a uri", "uri")
+    assert not format_checker().conforms("yesterday", "date-time")
+    assert not format_checker().conforms("not a uri", "uri")
 
 
 def test_errors_are_capped_and_cut_short() -> None:

@@ -21,10 +21,6 @@ import httpx
 
 from daemon.extraction.document import Document
 
-PROVIDERS = ("rules", "openai", "anthropic")
-# Top-level keyword of a schema definition choosing its provider.
-PROVIDER_KEYWORD = "x-docex-provider"
-
 
 @dataclass
 class ProviderOutput:
