@@ -64,8 +64,8 @@ async def open_blob_store(config: Config) -> BlobStore:
     shared by processes on several hosts (the caller closes it)."""
     if config.storage.backend != "s3":
         return LocalBlobStore(config.data_path / "blobs")
-    from daemon.integrations.s3 import S3Settings
     from daemon.storage.blobs import S3BlobStore
+    from daemon.storage.s3 import S3Settings
 
     storage = config.storage
     settings = S3Settings(

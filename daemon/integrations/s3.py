@@ -5,8 +5,8 @@ client made once per use (`open_s3_source`) and closed after. botocore clients
 are thread-safe, so chunks of one download may be read from different threads
 one after the other.
 
-`s3_error` is the one translation of botocore's exceptions into SPEC §6 codes,
-shared by the integration and the S3 blob store (`daemon.storage.blobs`).
+The client, its settings and `s3_error`, the one translation of botocore's exceptions
+into SPEC §6 codes, are storage's (`daemon.storage.s3`): the S3 blob store uses them too.
 
 An integration's endpoint is chosen by a user, so its client goes through the SSRF
 guard (`daemon.webhooks.ssrf`) unless ``integrations.allow_private_networks``: every
@@ -26,109 +26,33 @@ from __future__ import annotations
 
 import builtins
 import functools
-import logging
 import posixpath
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import trio
 
-from daemon.config import Secret
 from daemon.errors import JobError, PermanentJobError, TransientJobError
-from daemon.integrations.base import FileRef, RemoteEntry, RemoteFile, unreachable
+from daemon.integrations.base import FileRef, RemoteEntry, RemoteFile
 from daemon.jobs.models import ErrorCode
+from daemon.storage.s3 import S3Settings, make_client, s3_error
 from daemon.webhooks import ssrf
 
 T = TypeVar("T")
 
-# The SDK logs whole requests at DEBUG, credentials in the Authorization header included:
-# whatever docex's own log level, those records never pass.
-for _sdk in ("boto3", "botocore", "s3transfer", "urllib3"):
-    logging.getLogger(_sdk).setLevel(logging.WARNING)
-
 CHUNK_BYTES = 256 * 1024
-# botocore retries a throttled or failed call once more itself; the job's own backoff
-# (daemon.jobs.retry) does the rest, so a long outage does not hold a worker.
-_SDK_MAX_ATTEMPTS = 2
-_CONNECT_TIMEOUT_S = 10
-_READ_TIMEOUT_S = 60
 PRIVATE_NETWORKS_SETTING = "integrations.allow_private_networks"
 
-# Error codes of S3's REST API (https://docs.aws.amazon.com/AmazonS3/latest/API/ErrorResponses.html)
-# and the bare status codes botocore reports for bodiless answers (HEAD).
-_NOT_FOUND = frozenset({"NoSuchKey", "404", "NotFound", "NoSuchVersion"})
-_NO_BUCKET = frozenset({"NoSuchBucket"})
-_WRONG_REGION = frozenset({"PermanentRedirect", "AuthorizationHeaderMalformed", "301",
-                           "IllegalLocationConstraintException", "InvalidRegion"})
-_DENIED = frozenset({"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-                     "AllAccessDisabled", "AccountProblem", "InvalidToken", "ExpiredToken", "InvalidBucketName",
-                     "InvalidSecurity", "RequestTimeTooSkewed", "MissingSecurityHeader", "UnauthorizedAccess"})
-_TRANSIENT = frozenset({"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestLimitExceeded",
-                        "InternalError", "ServiceUnavailable", "503", "500", "502", "504", "TooManyRequests",
-                        "OperationAborted"})
 
-
-@dataclass(frozen=True)
-class S3Settings:
-    """Where and as whom to reach a bucket. The secret never shows in a repr."""
-
-    bucket: str
-    region: str
-    access_key_id: str = ""
-    secret_access_key: Secret | None = field(default=None, repr=False)
-    endpoint_url: str | None = None
-    prefix: str = ""
-
-    def object_key(self, *parts: str) -> str:
-        """`parts` joined under the prefix: folders lose their outer slashes, the last part is kept."""
-        *folders, last = parts
-        segments = [p.strip("/") for p in (self.prefix, *folders) if p and p.strip("/")]
-        return "/".join([*segments, last]) if segments else last
-
-    def folder_prefix(self, folder: str) -> str:
-        """The key prefix of a folder under the integration's prefix (``a/b/``; empty: everything)."""
-        segments = [p.strip("/") for p in (self.prefix, folder) if p and p.strip("/")]
-        return "/".join(segments) + "/" if segments else ""
-
-
-def make_client(settings: S3Settings, *, guarded: bool = False) -> Any:
-    """A botocore S3 client (blocking to build: call it in a thread).
-
-    Path-style addressing with a custom endpoint (what MinIO and most compatibles want).
-    An empty access key id means boto3's own credential chain. `guarded`: every connection
-    passes the SSRF guard and no proxy is used (see the module docstring).
-    """
-    import boto3
-    from botocore.config import Config as BotoConfig
-
-    config = BotoConfig(
-        region_name=settings.region,
-        signature_version="s3v4",
-        connect_timeout=_CONNECT_TIMEOUT_S,
-        read_timeout=_READ_TIMEOUT_S,
-        retries={"max_attempts": _SDK_MAX_ATTEMPTS, "mode": "standard"},
-        s3={"addressing_style": "path" if settings.endpoint_url else "auto"},
-        # Checksums only where S3 requires them: what S3-compatible servers (older MinIO, Ceph)
-        # expect, as AWS itself recommends for third-party stores.
-        request_checksum_calculation="when_required",
-        response_checksum_validation="when_required",
-        **({"proxies": {}} if guarded else {}),
-    )
-    credentials: dict[str, str] = {}
-    if settings.access_key_id and settings.secret_access_key is not None:
-        credentials = {
-            "aws_access_key_id": settings.access_key_id,
-            "aws_secret_access_key": settings.secret_access_key.reveal(),
-        }
-    client = boto3.session.Session().client("s3", endpoint_url=settings.endpoint_url or None, config=config,
-                                            **credentials)
-    if guarded:
-        # botocore has no public seam for its connection classes: its HTTP session's pool
-        # manager picks the pool class by scheme, and the pool its connection class.
-        client._endpoint.http_session._manager.pool_classes_by_scheme = _vetted_pools()
+def guarded_client(settings: S3Settings) -> Any:
+    """An S3 client (blocking to build: call it in a thread) whose every connection passes
+    the SSRF guard, with no proxy (see the module docstring)."""
+    client = make_client(settings, no_proxies=True)
+    # botocore has no public seam for its connection classes: its HTTP session's pool
+    # manager picks the pool class by scheme, and the pool its connection class.
+    client._endpoint.http_session._manager.pool_classes_by_scheme = _vetted_pools()
     return client
 
 
@@ -176,46 +100,6 @@ def _vetted_pools() -> dict[str, type]:
         ConnectionCls = HTTPSConnection
 
     return {"http": HTTPPool, "https": HTTPSPool}
-
-
-def s3_error(exc: BaseException, *, bucket: str, key: str | None = None) -> JobError:
-    """The SPEC §6 error for a botocore exception about `bucket` (and `key`).
-
-    Most specific first: a missing bucket is an access problem, not a missing file; a
-    wrong region is told apart from wrong credentials; throttling, 5xx and network
-    failures are transient. Anything else is a permanent INTERNAL_ERROR naming S3's code.
-    """
-    from botocore import exceptions as boto
-
-    where = f"s3://{bucket}/{key}" if key is not None else f"bucket {bucket}"
-    if isinstance(exc, boto.ClientError):
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-        if code in _NO_BUCKET:
-            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, f"Bucket {bucket} does not exist")
-        if code in _NOT_FOUND:
-            return PermanentJobError(ErrorCode.REMOTE_FILE_NOT_FOUND, f"No object {where}")
-        if code in _WRONG_REGION:
-            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED,
-                                     f"Bucket {bucket} is in another region than the one configured ({code})")
-        if code in _DENIED:
-            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED,
-                                     f"S3 refused access to {where} ({code}): check the access key, secret and bucket")
-        if code in _TRANSIENT or status == 429 or status >= 500:
-            return TransientJobError(ErrorCode.INTERNAL_ERROR, f"S3 is unavailable for {where} ({code or status})")
-        if status == 403:
-            return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, f"S3 refused access to {where} ({code})")
-        if status == 404:
-            return PermanentJobError(ErrorCode.REMOTE_FILE_NOT_FOUND, f"No object {where} ({code})")
-        return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"S3 answered {code or status} for {where}")
-    if isinstance(exc, boto.NoCredentialsError | boto.PartialCredentialsError):
-        return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, "No S3 credentials are configured")
-    if isinstance(exc, boto.ParamValidationError):
-        return PermanentJobError(ErrorCode.INTEGRATION_ACCESS_DENIED, f"Invalid S3 request for {where}: {exc}")
-    if isinstance(exc, boto.ConnectionError | boto.HTTPClientError | boto.IncompleteReadError | OSError):
-        return unreachable(f"S3 for {where}", exc)
-    return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"S3 request for {where} failed ({type(exc).__name__})")
 
 
 def _endpoint_error(exc: Exception, settings: S3Settings, key: str | None) -> JobError:
@@ -338,7 +222,7 @@ async def open_s3_source(settings: S3Settings, *, allow_private_networks: bool) 
     """An `S3Source` with its own client, closed when the block exits; its connections pass
     the SSRF guard unless `allow_private_networks`."""
     client = await trio.to_thread.run_sync(
-        functools.partial(make_client, settings, guarded=not allow_private_networks))
+        guarded_client if not allow_private_networks else make_client, settings)
     try:
         yield S3Source(settings, client)
     finally:

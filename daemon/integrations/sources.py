@@ -21,11 +21,12 @@ from daemon.errors import JobError, PermanentJobError
 from daemon.integrations.base import IntegrationStatus, Provider, RemoteSource
 from daemon.integrations.google_drive import DriveSource, OAuthClient, TokenKeeper
 from daemon.integrations.oauth import Tokens
-from daemon.integrations.s3 import S3Settings, open_s3_source
+from daemon.integrations.s3 import open_s3_source
 from daemon.integrations.sealing import open_secrets, seal_secrets
 from daemon.jobs.models import ErrorCode
 from daemon.services import Services
 from daemon.storage.repos import integrations as repo
+from daemon.storage.s3 import S3Settings
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ import trio
 from daemon.errors import DocexError
 
 if TYPE_CHECKING:
-    from daemon.integrations.s3 import S3Settings
+    from daemon.storage.s3 import S3Settings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -186,7 +186,7 @@ class S3BlobStore:
     @classmethod
     async def open(cls, settings: S3Settings, data_dir: Path) -> S3BlobStore:
         """A store on `settings`' bucket, its temporary downloads under ``data_dir/tmp``."""
-        from daemon.integrations.s3 import make_client
+        from daemon.storage.s3 import make_client
 
         parent = data_dir / "tmp"
 
@@ -210,8 +210,8 @@ class S3BlobStore:
     async def _call(self, fn: Callable[[], T], key: str | None = None) -> T:
         """One blocking SDK call in a thread; S3's "no such key" becomes FileNotFoundError and
         every other failure a `BlobStoreError` (transient or not, by `s3_error`)."""
-        from daemon.integrations.s3 import s3_error
         from daemon.jobs.models import ErrorCode
+        from daemon.storage.s3 import s3_error
 
         try:
             return await trio.to_thread.run_sync(fn)

@@ -33,10 +33,10 @@ from jobs_helpers import (
 from daemon.config import Config, Secret, load_config
 from daemon.errors import ConfigError
 from daemon.http.app import create_app
-from daemon.integrations.s3 import S3Settings
 from daemon.services import Services, open_services
 from daemon.storage.blobs import PART_BYTES, BlobStoreError, S3BlobStore
 from daemon.storage.migrate import upgrade
+from daemon.storage.s3 import S3Settings
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -240,10 +240,10 @@ def _closed_port() -> int:
 
 @contextlib.contextmanager
 def _short_timeouts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    import daemon.integrations.s3
+    import daemon.storage.s3
 
-    monkeypatch.setattr(daemon.integrations.s3, "_READ_TIMEOUT_S", 1)
-    monkeypatch.setattr(daemon.integrations.s3, "_CONNECT_TIMEOUT_S", 1)
+    monkeypatch.setattr(daemon.storage.s3, "_READ_TIMEOUT_S", 1)
+    monkeypatch.setattr(daemon.storage.s3, "_CONNECT_TIMEOUT_S", 1)
     yield
 
 

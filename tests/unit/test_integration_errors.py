@@ -13,7 +13,7 @@ from daemon.config import Secret
 from daemon.errors import PermanentJobError, TransientJobError
 from daemon.integrations.base import FileRef
 from daemon.integrations.google_drive import drive_error, error_reasons
-from daemon.integrations.s3 import S3Settings, s3_error
+from daemon.storage.s3 import S3Settings, s3_error
 
 DENIED = "INTEGRATION_ACCESS_DENIED"
 NOT_FOUND = "REMOTE_FILE_NOT_FOUND"
