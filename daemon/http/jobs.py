@@ -22,11 +22,11 @@ from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
 from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from daemon.http.context import no_content, services
-from daemon.http.integrations import SourceIn, job_sources
 from daemon.http.openapi import FileBytes, NoContent, error_responses, request_bodies
 from daemon.http.pagination import PageQuery, page
 from daemon.http.requests import current_request
 from daemon.http.validation import parse
+from daemon.integrations.job_sources import SourceIn, job_sources
 from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun, job_json, run_json
@@ -362,7 +362,8 @@ async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> tuple[dic
         source = body.source
 
         async def check() -> None:
-            items.extend(await job_sources([source], path="source", allow_listing=False, limit=1))
+            items.extend(await job_sources(services(), user_id, [source], path="source", allow_listing=False,
+                                           limit=1))
 
         return await _create_idempotently(
             "job",
@@ -377,7 +378,8 @@ async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> tuple[dic
     sources = body.sources
 
     async def expand() -> None:
-        items.extend(await job_sources(sources, path="sources", allow_listing=True, limit=MAX_FILES_PER_RUN))
+        items.extend(await job_sources(services(), user_id, sources, path="sources", allow_listing=True,
+                                       limit=MAX_FILES_PER_RUN))
 
     request_hash = _request_hash(kind="run", schemaId=schema_id, sources=[s.model_dump() for s in sources])
     return await _create_run_idempotently(request_hash, user_id, schema_id, items, _nothing, prepare=expand)
