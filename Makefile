@@ -33,6 +33,7 @@ test: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff check daemon tests bench
 	$(BIN)/mypy daemon
+	$(BIN)/lint-imports
 
 bench: $(VENV)/.installed-test
 	for script in bench/*.py; do $(BIN)/python $$script || exit 1; done
