@@ -30,7 +30,7 @@ import posixpath
 import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -40,19 +40,24 @@ from daemon.jobs.models import ErrorCode
 from daemon.storage.s3 import S3Settings, make_client, s3_error
 from daemon.webhooks import ssrf
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client  # boto3-stubs[s3], a dev dependency
+    from mypy_boto3_s3.type_defs import ListObjectsV2OutputTypeDef
+
 T = TypeVar("T")
 
 CHUNK_BYTES = 256 * 1024
 PRIVATE_NETWORKS_SETTING = "integrations.allow_private_networks"
 
 
-def guarded_client(settings: S3Settings) -> Any:
+def guarded_client(settings: S3Settings) -> S3Client:
     """An S3 client (blocking to build: call it in a thread) whose every connection passes
     the SSRF guard, with no proxy (see the module docstring)."""
     client = make_client(settings, no_proxies=True)
     # botocore has no public seam for its connection classes: its HTTP session's pool
     # manager picks the pool class by scheme, and the pool its connection class.
-    client._endpoint.http_session._manager.pool_classes_by_scheme = _vetted_pools()
+    internals: Any = client
+    internals._endpoint.http_session._manager.pool_classes_by_scheme = _vetted_pools()
     return client
 
 
@@ -93,10 +98,10 @@ def _vetted_pools() -> dict[str, type]:
     class HTTPSConnection(Vetted, AWSHTTPSConnection):  # type: ignore[misc]
         pass
 
-    class HTTPPool(AWSHTTPConnectionPool):  # type: ignore[misc]
+    class HTTPPool(AWSHTTPConnectionPool):
         ConnectionCls = HTTPConnection
 
-    class HTTPSPool(AWSHTTPSConnectionPool):  # type: ignore[misc]
+    class HTTPSPool(AWSHTTPSConnectionPool):
         ConnectionCls = HTTPSConnection
 
     return {"http": HTTPPool, "https": HTTPSPool}
@@ -137,7 +142,7 @@ def _no_s3_answer() -> TransientJobError:
 class S3Source:
     """An S3 integration as a `RemoteSource`. Build it with `open_s3_source`."""
 
-    def __init__(self, settings: S3Settings, client: Any) -> None:
+    def __init__(self, settings: S3Settings, client: S3Client) -> None:
         self.settings = settings
         self._client = client
 
@@ -148,9 +153,8 @@ class S3Source:
         except Exception as exc:
             raise _endpoint_error(exc, self.settings, key) from exc
 
-    async def _list_page(self, **kwargs: Any) -> dict[str, Any]:
-        page: dict[str, Any] = await self._call(
-            functools.partial(self._client.list_objects_v2, Bucket=self.settings.bucket, **kwargs))
+    async def _list_page(self, **kwargs: Any) -> ListObjectsV2OutputTypeDef:
+        page = await self._call(functools.partial(self._client.list_objects_v2, Bucket=self.settings.bucket, **kwargs))
         # botocore reads any well-formed XML (an HTML page too) as an empty listing; S3's names the bucket.
         if page.get("Name") != self.settings.bucket:
             raise _no_s3_answer()

@@ -25,13 +25,16 @@ import shutil
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import trio
 
 from daemon.errors import DocexError
 
 if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client  # boto3-stubs[s3], a dev dependency
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+
     from daemon.storage.s3 import S3Settings
 
 log = logging.getLogger(__name__)
@@ -177,7 +180,7 @@ class S3BlobStore:
     `abort` cancels it so no parts are left to pay for. Open it with `S3BlobStore.open`.
     """
 
-    def __init__(self, bucket: str, prefix: str, client: Any, tmp_dir: Path) -> None:
+    def __init__(self, bucket: str, prefix: str, client: S3Client, tmp_dir: Path) -> None:
         self.bucket = bucket
         self.prefix = prefix
         self._client = client
@@ -277,7 +280,7 @@ class _S3Writer:
         self._name = name
         self._buffer = bytearray()
         self._upload_id: str | None = None
-        self._parts: list[dict[str, Any]] = []
+        self._parts: list[CompletedPartTypeDef] = []
 
     async def write(self, chunk: bytes) -> None:
         self._buffer += chunk

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client  # boto3-stubs[s3], a dev dependency
 
 from daemon.config import Secret
 from daemon.errors import JobError, PermanentJobError, TransientJobError
@@ -64,7 +67,7 @@ class S3Settings:
         return "/".join(segments) + "/" if segments else ""
 
 
-def make_client(settings: S3Settings, *, no_proxies: bool = False) -> Any:
+def make_client(settings: S3Settings, *, no_proxies: bool = False) -> S3Client:
     """A botocore S3 client (blocking to build: call it in a thread).
 
     Path-style addressing with a custom endpoint (what MinIO and most compatibles want).
@@ -85,17 +88,14 @@ def make_client(settings: S3Settings, *, no_proxies: bool = False) -> Any:
         # expect, as AWS itself recommends for third-party stores.
         request_checksum_calculation="when_required",
         response_checksum_validation="when_required",
-        **({"proxies": {}} if no_proxies else {}),
+        proxies={} if no_proxies else None,
     )
-    credentials: dict[str, str] = {}
+    key_id: str | None = None
+    secret: str | None = None
     if settings.access_key_id and settings.secret_access_key is not None:
-        credentials = {
-            "aws_access_key_id": settings.access_key_id,
-            "aws_secret_access_key": settings.secret_access_key.reveal(),
-        }
-    client = boto3.session.Session().client("s3", endpoint_url=settings.endpoint_url or None, config=config,
-                                            **credentials)
-    return client
+        key_id, secret = settings.access_key_id, settings.secret_access_key.reveal()
+    return boto3.session.Session().client("s3", endpoint_url=settings.endpoint_url or None, config=config,
+                                          aws_access_key_id=key_id, aws_secret_access_key=secret)
 
 
 def s3_error(exc: BaseException, *, bucket: str, key: str | None = None) -> JobError:
