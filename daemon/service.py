@@ -144,6 +144,9 @@ async def reload(services: Services, source: ConfigSource) -> bool:
     merged, cold = hot_reload(services.config, new)
     set_level(merged.log.level)
     services.apply_config(merged)
+    if services.role.runs_workers:
+        # Looked for here and at start, never per job: an engine installed since is seen now.
+        warn_if_ocr_missing(merged.extraction.ocr_engine)
     if cold:
         log.warning(
             "restart required for: %s", ", ".join(cold),

@@ -101,7 +101,6 @@ async def extract(
     name = provider_name(definition, config)
     schema = schema_of(definition)
     options = parse_options(config)
-    warn_if_ocr_missing(options.ocr_engine)
     if name == "rules":
         outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema,
                                   timeout_s=config.extraction.parse_timeout_s)
@@ -184,9 +183,6 @@ async def in_worker(fn: Callable[..., T | Failure], *args: Any, timeout_s: float
     return outcome
 
 
-_ocr_checked = False
-
-
 _INSTALL = {"tesseract": "install the tesseract-ocr package", "rapidocr": "pip install 'docex[rapidocr]'"}
 
 
@@ -197,20 +193,19 @@ def ocr_available(engine: str = "tesseract") -> bool:
 
 
 def warn_if_ocr_missing(engine: str = "tesseract") -> bool:
-    """Log once per process when the OCR engine is missing; True when it is present.
+    """Log a warning when the OCR engine is missing; True when it is present.
 
-    The daemon calls this at startup; OCR jobs then fail with OCR_FAILED
-    instead of crashing anything.
+    The daemon checks at start and on each SIGHUP (an engine installed or configured since
+    is seen then), `docex extract` once; never per job. OCR jobs without an engine fail
+    with OCR_FAILED instead of crashing anything.
     """
-    global _ocr_checked
     present = ocr_available(engine)
-    if not present and not _ocr_checked:
+    if not present:
         log.warning(
             f"{engine} is not installed: images and scanned PDF pages will fail with OCR_FAILED "
             f"({_INSTALL.get(engine, '')})",
             extra={"action": "extraction.ocr_missing"},
         )
-    _ocr_checked = True
     return present
 
 

@@ -93,12 +93,22 @@ async def test_cancelling_a_job_kills_its_worker() -> None:
     assert time.monotonic() - started < 10
 
 
+async def test_a_job_does_not_look_for_the_ocr_engine(make_doc: Callable[..., Path],
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # The daemon looks at start and on SIGHUP (tests/unit/test_service.py), not once per job.
+    looked: list[str] = []
+    available = pipeline.ocr_available
+    monkeypatch.setattr(pipeline, "ocr_available", lambda engine="tesseract": looked.append(engine) or available(engine))
+    for _ in range(2):
+        extraction = await extract(make_doc("txt"), filetypes.TXT, SCHEMA, config())
+        assert extraction.result["invoice_number"] == INVOICE["invoice_number"]
+    assert looked == []
+
+
 def test_a_missing_tesseract_is_a_warning(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(pipeline, "_ocr_checked", False)
     with caplog.at_level(logging.WARNING):
         assert pipeline.warn_if_ocr_missing() is False
-        assert pipeline.warn_if_ocr_missing() is False  # once per process
     warnings = [r for r in caplog.records if getattr(r, "action", None) == "extraction.ocr_missing"]
     assert len(warnings) == 1
     assert "tesseract" in warnings[0].getMessage()

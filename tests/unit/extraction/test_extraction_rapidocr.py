@@ -86,7 +86,6 @@ def test_a_missing_engine_is_ocr_failed(make_doc: Callable[..., Path], monkeypat
 def test_a_missing_engine_is_a_startup_warning(monkeypatch: pytest.MonkeyPatch,
                                                 caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(engine_module.importlib.util, "find_spec", lambda name: None)
-    monkeypatch.setattr(pipeline, "_ocr_checked", False)
     with caplog.at_level(logging.WARNING):
         assert pipeline.warn_if_ocr_missing("rapidocr") is False
     warnings = [r for r in caplog.records if getattr(r, "action", None) == "extraction.ocr_missing"]
