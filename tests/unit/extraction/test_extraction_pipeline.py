@@ -98,7 +98,12 @@ async def test_a_job_does_not_look_for_the_ocr_engine(make_doc: Callable[..., Pa
     # The daemon looks at start and on SIGHUP (tests/unit/test_service.py), not once per job.
     looked: list[str] = []
     available = pipeline.ocr_available
-    monkeypatch.setattr(pipeline, "ocr_available", lambda engine="tesseract": looked.append(engine) or available(engine))
+
+    def counted(engine: str = "tesseract") -> bool:
+        looked.append(engine)
+        return available(engine)
+
+    monkeypatch.setattr(pipeline, "ocr_available", counted)
     for _ in range(2):
         extraction = await extract(make_doc("txt"), filetypes.TXT, SCHEMA, config())
         assert extraction.result["invoice_number"] == INVOICE["invoice_number"]
