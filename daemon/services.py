@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+import httpx
 import trio
 
 from daemon.config import Config
@@ -51,6 +52,15 @@ class Services:
     reload_hooks: list[ReloadHook] = field(default_factory=list)
     # Set once on SIGTERM/SIGINT: stop taking new work, finish what is in hand.
     stopping: trio.Event = field(default_factory=trio.Event)
+    _ai_client: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
+
+    def ai_client(self) -> httpx.AsyncClient:
+        """The one HTTP client of the AI providers in this process, made at first use (an API-only
+        process never makes it) and closed with the services: jobs reuse its connections
+        instead of opening a connection pool, and a TLS handshake, each."""
+        if self._ai_client is None:
+            self._ai_client = httpx.AsyncClient(follow_redirects=False)
+        return self._ai_client
 
     def apply_config(self, new: Config) -> None:
         """Swap in a reloaded configuration and tell the parts that resize themselves."""
@@ -89,9 +99,13 @@ async def open_services(config: Config, role: Role = Role.ALL) -> AsyncIterator[
     )
     try:
         blobs = await open_blob_store(config)
+        services = Services(config=config, db=db, blobs=blobs, role=role)
         try:
-            yield Services(config=config, db=db, blobs=blobs, role=role)
+            yield services
         finally:
+            with trio.CancelScope(shield=True):
+                if services._ai_client is not None:
+                    await services._ai_client.aclose()
             await blobs.aclose()
     finally:
         db.dispose()

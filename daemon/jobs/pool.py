@@ -154,7 +154,7 @@ async def _attempt(services: Services, job: Job) -> Extraction | JobError:
                 path = await stack.enter_async_context(services.blobs.open_local(job.blob_key))
             except FileNotFoundError:
                 raise PermanentJobError(ErrorCode.INTERNAL_ERROR, "The uploaded file is missing from storage") from None
-            extraction = await extract(path, job.mime_type, schema.definition, config)
+            extraction = await extract(path, job.mime_type, schema.definition, config, client=services.ai_client())
         problems = validate_result(schema.definition, extraction.result)
         if problems:
             raise PermanentJobError(

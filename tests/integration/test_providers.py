@@ -27,6 +27,7 @@ from daemon.extraction.providers import openai as openai_module
 from daemon.extraction.providers.anthropic import AnthropicProvider
 from daemon.extraction.providers.openai import OpenAIProvider
 from daemon.jobs import filetypes
+from daemon.services import Services
 
 KEY = "sk-test-0123456789-very-secret"
 SCHEMA: dict[str, Any] = {
@@ -68,6 +69,7 @@ class FakeServer:
         self.replies: list[Reply] = []
         self.respond: Callable[[Recorded], Reply] | None = None
         self.requests: list[Recorded] = []
+        self.connections = 0  # TCP connections accepted
         self.port = 0
 
     @property
@@ -75,6 +77,7 @@ class FakeServer:
         return f"http://127.0.0.1:{self.port}"
 
     async def handle(self, stream: trio.SocketStream) -> None:
+        self.connections += 1
         conn = h11.Connection(h11.SERVER)
         while True:
             request: h11.Request | None = None
@@ -406,3 +409,25 @@ async def test_an_unknown_provider_is_refused(tmp_path: Path) -> None:
     with pytest.raises(PermanentJobError) as caught:
         await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": "magic"}, load_config(environ={}))
     assert caught.value.code == "AI_PROVIDER_ERROR"
+
+
+# --- the worker pool ------------------------------------------------------------------------
+
+async def test_the_worker_pool_sends_its_jobs_over_one_connection(server: FakeServer, services: Services,
+                                                                   app: Any) -> None:
+    from jobs_helpers import INVOICE_TXT, create_job, create_schema, register, running_workers, wait_for_status
+
+    services.apply_config(dataclasses.replace(services.config, openai=openai_config(server)))
+    server.respond = lambda request: Reply(body=chat(json.dumps({"invoice_number": "INV-42", "total": 12.5})))
+    api = app.test_client()
+    alice = await register(api)
+    schema_id = await create_schema(api, alice, {**SCHEMA, "required": [], "x-docex-provider": "openai"})
+    async with running_workers(services, workers=1):
+        for _ in range(3):
+            job = await create_job(api, alice, schema_id, INVOICE_TXT)
+            done = await wait_for_status(api, alice, job["id"], "COMPLETED", "FAILED")
+            assert done["status"] == "COMPLETED", done
+            assert done["result"]["invoice_number"] == "INV-42"
+    assert len(server.requests) == 3
+    # One client for the process: its keep-alive connection carries every job's request.
+    assert server.connections == 1
