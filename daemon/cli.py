@@ -98,15 +98,14 @@ def _serve(args: argparse.Namespace) -> None:
     overrides = {"host": args.host, "port": args.port}
     config = _load(args, overrides)  # before the heavy imports: a bad config exits 2 at once
 
+    from daemon.lifecycle import ConfigSource, serve
     from daemon.logs import configure_logging
-    from daemon.service import ConfigSource, serve
-    from daemon.services import Role
+    from daemon.services import ProcessRole
 
     configure_logging(config.log.level)
     config = with_dev_secrets(config)
-    trio.run(
-        lambda: serve(config, ConfigSource(args.config, overrides), role=Role(args.role), migrate=not args.no_migrate)
-    )
+    source = ConfigSource(args.config, overrides)
+    trio.run(lambda: serve(config, source, role=ProcessRole(args.role), migrate=not args.no_migrate))
 
 
 def _migrate(args: argparse.Namespace) -> None:

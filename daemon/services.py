@@ -23,18 +23,18 @@ from daemon.storage.blobs import BlobStore, LocalBlobStore
 from daemon.storage.database import Database
 
 
-class Role(StrEnum):
+class ProcessRole(StrEnum):
     API = "api"
     WORKER = "worker"
     ALL = "all"
 
     @property
     def serves_http(self) -> bool:
-        return self in (Role.API, Role.ALL)
+        return self in (ProcessRole.API, ProcessRole.ALL)
 
     @property
     def runs_workers(self) -> bool:
-        return self in (Role.WORKER, Role.ALL)
+        return self in (ProcessRole.WORKER, ProcessRole.ALL)
 
 
 ReloadHook = Callable[[Config, Config], None]
@@ -45,7 +45,7 @@ class Services:
     config: Config
     db: Database
     blobs: BlobStore
-    role: Role = Role.ALL
+    role: ProcessRole = ProcessRole.ALL
     metrics: Metrics = field(default_factory=Metrics)
     # Name of each background part → whether it is running; /api/ready reads this.
     running: dict[str, bool] = field(default_factory=dict)
@@ -90,7 +90,7 @@ async def open_blob_store(config: Config) -> BlobStore:
 
 
 @asynccontextmanager
-async def open_services(config: Config, role: Role = Role.ALL) -> AsyncIterator[Services]:
+async def open_services(config: Config, role: ProcessRole = ProcessRole.ALL) -> AsyncIterator[Services]:
     """Create the shared engine and blob store for `config`; release both on exit."""
     db = Database(
         config.database_url,

@@ -32,7 +32,7 @@ from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 from daemon.extraction.parsers.base import ParseOptions
 from daemon.extraction.parsers.rapidocr import rapidocr_version
-from daemon.extraction.providers.base import Provider, ProviderOutput
+from daemon.extraction.providers.base import AIProvider, ProviderOutput
 from daemon.extraction.worker import Failure, RulesOutcome, extract_with_rules, parse_document
 from daemon.schemas.definition import PROVIDER_KEYWORD
 
@@ -134,7 +134,7 @@ async def extract(
     return Extraction(result=output.result, meta=meta, page_count=document.page_count)
 
 
-def make_provider(name: str, config: Config) -> Provider:
+def make_provider(name: str, config: Config) -> AIProvider:
     if name == "openai":
         from daemon.extraction.providers.openai import OpenAIProvider
 

@@ -9,13 +9,11 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
 from daemon.storage.ids import looks_like_id
-
-T = TypeVar("T")
 
 
 class PageQuery(BaseModel):
@@ -34,11 +32,6 @@ class PageQuery(BaseModel):
         if not looks_like_id(decoded):
             raise ValueError("cursor must be a cursor returned by this list")
         return decoded
-
-
-class Page(BaseModel, Generic[T]):
-    data: list[T]
-    nextCursor: str | None
 
 
 def encode_cursor(last_id: str) -> str:

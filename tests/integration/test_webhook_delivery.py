@@ -585,7 +585,7 @@ async def test_a_send_cancelled_past_the_grace_period_is_released_not_counted(
 
 async def test_a_reload_applies_new_webhook_settings_to_the_running_dispatcher(
         client: Any, services: Services, alice: dict[str, str], dispatcher: None, tmp_path: Any) -> None:
-    from daemon.service import ConfigSource, reload
+    from daemon.lifecycle import ConfigSource, reload
 
     current = services.config
     assert current.auth.jwt_access_secret is not None and current.webhooks.encryption_key is not None

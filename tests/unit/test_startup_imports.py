@@ -13,7 +13,7 @@ import sys
 SERVE_IMPORTS = """
 import json, sys
 from pathlib import Path
-import daemon.cli, daemon.service
+import daemon.cli, daemon.lifecycle
 from daemon.config import Config
 from daemon.http.app import create_app
 from daemon.services import Services

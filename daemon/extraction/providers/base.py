@@ -31,7 +31,7 @@ class ProviderOutput:
     fields: dict[str, Any] = field(default_factory=dict)
 
 
-class Provider(Protocol):
+class AIProvider(Protocol):
     name: str
 
     async def extract(self, document: Document, definition: dict[str, Any],

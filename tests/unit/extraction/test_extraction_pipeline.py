@@ -95,7 +95,7 @@ async def test_cancelling_a_job_kills_its_worker() -> None:
 
 async def test_a_job_does_not_look_for_the_ocr_engine(make_doc: Callable[..., Path],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    # The daemon looks at start and on SIGHUP (tests/unit/test_service.py), not once per job.
+    # The daemon looks at start and on SIGHUP (tests/unit/test_reload.py), not once per job.
     looked: list[str] = []
     available = pipeline.ocr_available
 

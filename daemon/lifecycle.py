@@ -31,7 +31,7 @@ from daemon.extraction.pipeline import warn_if_ocr_missing
 from daemon.http.server import run_http
 from daemon.jobs.pool import run_reaper, run_workers
 from daemon.logs import set_level
-from daemon.services import Role, Services, open_services
+from daemon.services import ProcessRole, Services, open_services
 from daemon.storage.migrate import upgrade
 from daemon.systemd import Notifier
 from daemon.webhooks.dispatcher import run_dispatcher
@@ -54,7 +54,7 @@ async def serve(
     config: Config,
     source: ConfigSource,
     *,
-    role: Role = Role.ALL,
+    role: ProcessRole = ProcessRole.ALL,
     migrate: bool = True,
     notifier: Notifier | None = None,
 ) -> None:

@@ -1,4 +1,4 @@
-"""`daemon.service`: what a SIGHUP does besides swapping the configuration."""
+"""`daemon.lifecycle`: what a SIGHUP does besides swapping the configuration."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from daemon.service import ConfigSource, reload
+from daemon.lifecycle import ConfigSource, reload
 from daemon.services import Services
 
 
