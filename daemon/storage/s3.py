@@ -12,12 +12,12 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client  # boto3-stubs[s3], a dev dependency
-
 from daemon.config import Secret
 from daemon.errors import JobError, PermanentJobError, TransientJobError
 from daemon.jobs.models import ErrorCode
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client  # boto3-stubs[s3], a dev dependency
 
 # The SDK logs whole requests at DEBUG, credentials in the Authorization header included:
 # whatever docex's own log level, those records never pass.
