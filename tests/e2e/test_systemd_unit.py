@@ -460,7 +460,8 @@ async def test_the_readme_deployment_runs_as_systemd_runs_it(root: Path, databas
 
     service = Service(props, emulation)
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10) as client:
+        # Generous: two suites at once on two cores made one request of this test wait over 10 s.
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
             await service.notified("READY=1")
             assert "WATCHDOG=1" in service.notifications.fields()
             health = await client.get("/api/health")
