@@ -2,7 +2,7 @@
 each job ends COMPLETED or FAILED with its specific errorCode under the limits
 of ``extraction.*`` (applied by the running pool, as a SIGHUP would), and a
 normal job submitted alongside them completes. The full corpus runs through
-the worker path in tests/unit/extraction/test_extraction_hostile_files.py; these are the
+the worker path in tests/unit/extraction/parsers/test_extraction_hostile_files.py; these are the
 ones whose upload or errorCode a client sees differently."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ rendered through it for OCR.
 
 The word boxes, and so the lines and cells, are exactly those of one
 `FPDFText_GetLooseCharBox` call per end of each word: cheaper geometry was
-measured and refused (tests/unit/extraction/test_pdf_layout_speed_equivalence.py
+measured and refused (tests/unit/extraction/parsers/test_pdf_layout_speed_equivalence.py
 holds the reference). pdfium's text runs (`FPDFText_CountRects`) come without
 the characters they hold, and its line breaks join hyphenated lines and
 reorder runs, so rows built from them differ from these on real invoices.
