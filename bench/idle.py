@@ -5,6 +5,7 @@
 Figures and targets:
 
   start    exec (just before Popen) → READY=1 on NOTIFY_SOCKET      < 2 s
+  restart  the same, on the database the first start migrated           < 1 s
   rss      VmRSS of the daemon (and any children) after READY      < 120 MB
   idle     (utime+stime) / wall over --idle-seconds, % of one core  < 1 %
   health   req/s of GET /api/health, docex ÷ a bare quart-trio app  ≥ 0.80
@@ -57,6 +58,7 @@ import harness
 from harness import CLK_TCK, Daemon, descendants, tree_cpu_s, tree_rss_kb, verdict
 
 TARGET_START_S = 2.0
+TARGET_RESTART_S = 1.0  # issue 13: a start on a migrated database does only what serving needs
 TARGET_RSS_MB = 120.0
 TARGET_IDLE_PCT = 1.0
 TARGET_RATIO = 0.80
@@ -233,6 +235,17 @@ def main() -> int:
         print(f"idle     cpu over {w1 - w0:4.0f} s   {idle_pct:7.3f} %      target < {TARGET_IDLE_PCT:g} %      "
               f"{verdict(idle_pct < TARGET_IDLE_PCT)}   ({c1 - c0:.2f} s cpu, 1/{CLK_TCK} s ticks)", flush=True)
 
+        # 3b: a restart, as systemd makes it: the same data directory, its database already migrated.
+        again = docex_server("docex", workdir, access_log=False)
+        again.start_notified()
+        again.stop()
+        figures["restart_s"] = round(again.start_s, 3)
+        figures["restart_cpu_s"] = round(again.start_cpu_s, 3)
+        print(f"restart  exec → READY=1     {again.start_s:7.3f} s      "
+              f"target < {TARGET_RESTART_S:g} s     {verdict(again.start_s < TARGET_RESTART_S)}   "
+              f"({again.start_cpu_s:.2f} s of cpu; the first start above also migrated an empty database)",
+              flush=True)
+
         # 4: throughput, docex (log off, log on) against the bare app, alternately.
         wrk = None if args.python_load else harness.ensure_wrk()
         generator = (f"wrk -t{args.threads} -c{args.connections}" if wrk
@@ -340,6 +353,7 @@ def main() -> int:
 
     figures["verdicts"] = {
         "start": verdict(figures.get("start_s", 1e9) < TARGET_START_S),
+        "restart": verdict(figures.get("restart_s", 1e9) < TARGET_RESTART_S),
         "rss": verdict(figures.get("rss_mb", 1e9) < TARGET_RSS_MB),
         "idle_cpu": verdict(figures.get("idle_cpu_pct", 1e9) < TARGET_IDLE_PCT),
         "health_ratio_default": verdict(figures.get("ratio_default_log_on", 0) >= TARGET_RATIO),

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import sqlalchemy as sa
 import trio
@@ -9,7 +12,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from daemon.storage.database import Database
-from daemon.storage.migrate import current_revision, head_revision, upgrade
+from daemon.storage.migrate import HEAD, current_revision, head_revision, upgrade
 from daemon.storage.tables import metadata
 
 
@@ -24,6 +27,23 @@ async def test_migrated_schema_equals_the_declared_tables(services) -> None:
 async def test_upgrade_twice_is_a_no_op(services) -> None:
     await trio.to_thread.run_sync(upgrade, services.db.engine)
     assert await services.db.read(current_revision) == head_revision()
+
+
+def test_head_names_the_newest_migration() -> None:
+    assert head_revision() == HEAD
+
+
+def test_starting_on_an_up_to_date_database_does_not_load_alembic(database_url: str) -> None:
+    probe = (
+        "import sys\n"
+        "from daemon.storage.database import Database\n"
+        "from daemon.storage.migrate import upgrade\n"
+        f"upgrade(Database({database_url!r}, pool_size=1).engine)\n"
+        "print('alembic' in sys.modules)\n"
+    )
+    runs = [subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+            for _ in range(2)]
+    assert runs == ["True", "False"]  # the first start migrates, the next only reads alembic_version
 
 
 async def test_sqlite_runs_in_wal_mode_with_a_busy_timeout(tmp_path) -> None:

@@ -26,7 +26,8 @@ print(json.dumps(sorted(sys.modules)))
 # Each is loaded where it is used: parser worker processes, the S3 blob store or
 # integration, schema and result checks.
 NOT_AT_START = ("boto3", "botocore", "s3transfer", "pypdfium2", "PIL", "docx", "openpyxl", "rapidocr",
-                "onnxruntime", "pytesseract", "lxml", "jsonschema")
+                "onnxruntime", "pytesseract", "lxml", "jsonschema",
+                "alembic")  # only when the database is behind (tests/integration/test_storage.py)
 
 
 def test_serving_imports_none_of_the_heavy_libraries(tmp_path):
