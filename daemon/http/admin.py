@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
 from quart import Blueprint
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 
@@ -12,6 +11,7 @@ from daemon.auth.guard import admin_only, current_principal
 from daemon.clock import iso, utcnow
 from daemon.errors import Conflict, NotFound
 from daemon.http.context import services
+from daemon.http.models import ApiModel
 from daemon.http.openapi import error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.storage.repos import accounts as repo
@@ -21,7 +21,7 @@ blueprint = Blueprint("admin", __name__, url_prefix="/api/admin")
 tag_blueprint(blueprint, ["admin"])
 
 
-class AdminUserOut(BaseModel):
+class AdminUserOut(ApiModel):
     id: str
     name: str
     email: str
@@ -31,12 +31,12 @@ class AdminUserOut(BaseModel):
     updatedAt: str
 
 
-class AdminUserPage(BaseModel):
+class AdminUserPage(ApiModel):
     data: list[AdminUserOut]
     nextCursor: str | None
 
 
-class StatsOut(BaseModel):
+class StatsOut(ApiModel):
     users: int
     admins: int
     disabledUsers: int
@@ -44,7 +44,7 @@ class StatsOut(BaseModel):
     activeApiKeys: int
 
 
-class UpdateUserBody(BaseModel):
+class UpdateUserBody(ApiModel):
     role: Role | None = None
     disabled: bool | None = None
 

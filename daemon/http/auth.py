@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import email_validator
 from email_validator import EmailNotValidError, validate_email
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 from quart import Blueprint, Response, request
 from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring, validate_request
 
@@ -18,6 +18,7 @@ from daemon.auth.passwords import MAX_PASSWORD_BYTES
 from daemon.clock import iso, utcnow
 from daemon.errors import NotFound
 from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_content, services
+from daemon.http.models import ApiModel
 from daemon.http.openapi import ACCESS_TOKEN, NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.storage.repos import accounts as repo
@@ -43,7 +44,7 @@ def checked_email(value: str) -> str:
     return value
 
 
-class RegisterBody(BaseModel):
+class RegisterBody(ApiModel):
     name: str = Field(min_length=1, max_length=100)
     email: str = Field(max_length=320)
     password: str = Field(min_length=6)
@@ -65,18 +66,18 @@ class RegisterBody(BaseModel):
         return value
 
 
-class LoginBody(BaseModel):
+class LoginBody(ApiModel):
     email: str = Field(max_length=320)
     password: str = Field(min_length=1, max_length=1024)
 
     _email = field_validator("email")(checked_email)
 
 
-class RefreshBody(BaseModel):
+class RefreshBody(ApiModel):
     refreshToken: str = Field(min_length=1, max_length=512)
 
 
-class UserOut(BaseModel):
+class UserOut(ApiModel):
     id: str
     name: str
     email: str
@@ -84,14 +85,14 @@ class UserOut(BaseModel):
     createdAt: str
 
 
-class TokenPairOut(BaseModel):
+class TokenPairOut(ApiModel):
     user: UserOut
     accessToken: str
     refreshToken: str
     expiresIn: int = Field(description="access-token lifetime in seconds")
 
 
-class SessionOut(BaseModel):
+class SessionOut(ApiModel):
     id: str
     createdAt: str
     lastUsedAt: str
@@ -101,12 +102,12 @@ class SessionOut(BaseModel):
     current: bool
 
 
-class SessionPage(BaseModel):
+class SessionPage(ApiModel):
     data: list[SessionOut]
     nextCursor: str | None
 
 
-class CreateApiKeyBody(BaseModel):
+class CreateApiKeyBody(ApiModel):
     name: str = Field(min_length=1, max_length=100)
     role: Role | None = None
     expiresAt: dt.datetime | None = None
@@ -123,7 +124,7 @@ class CreateApiKeyBody(BaseModel):
         return value
 
 
-class ApiKeyOut(BaseModel):
+class ApiKeyOut(ApiModel):
     id: str
     name: str
     role: Role
@@ -138,12 +139,12 @@ class ApiKeyCreatedOut(ApiKeyOut):
     apiKey: str = Field(description="the key itself, shown only in this answer")
 
 
-class ApiKeyPage(BaseModel):
+class ApiKeyPage(ApiModel):
     data: list[ApiKeyOut]
     nextCursor: str | None
 
 
-class VerifyOut(BaseModel):
+class VerifyOut(ApiModel):
     valid: Literal[True]
     userId: str
     role: Role

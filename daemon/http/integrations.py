@@ -22,7 +22,7 @@ import re
 import urllib.parse
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, RootModel, field_validator
+from pydantic import ConfigDict, Field, RootModel, field_validator
 from quart import Blueprint, request
 from quart_schema import document_querystring, document_response, tag_blueprint, validate_querystring
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -31,6 +31,7 @@ from daemon.auth.guard import current_principal, public
 from daemon.clock import utcnow
 from daemon.errors import BadRequest, JobError
 from daemon.http.context import no_content, services
+from daemon.http.models import ApiModel
 from daemon.http.openapi import HtmlPage, NoContent, error_responses, request_bodies
 from daemon.http.pagination import PageQuery, page
 from daemon.http.validation import parse
@@ -83,7 +84,7 @@ def _host(url: str) -> str | None:
         return None
 
 
-class S3ConfigIn(BaseModel):
+class S3ConfigIn(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
     accessKeyId: str = Field(min_length=1, max_length=128)
@@ -96,12 +97,12 @@ class S3ConfigIn(BaseModel):
     _endpoint = field_validator("endpointUrl")(_http_url)
 
 
-class _CreateBase(BaseModel):
+class _CreateBase(ApiModel):
     provider: Provider
     name: str = Field(min_length=1, max_length=100)
 
 
-class CreateS3Body(BaseModel):
+class CreateS3Body(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
     provider: Literal["s3"]
@@ -109,7 +110,7 @@ class CreateS3Body(BaseModel):
     config: S3ConfigIn
 
 
-class CreateDriveBody(BaseModel):
+class CreateDriveBody(ApiModel):
     """Answered with an `authorizationUrl` to open in the user's browser."""
 
     model_config = ConfigDict(extra="forbid")
@@ -122,7 +123,7 @@ class CreateIntegrationBody(RootModel[Annotated[CreateS3Body | CreateDriveBody, 
     """An S3 bucket (with its credentials) or a Google Drive to authorize in the browser."""
 
 
-class IntegrationOut(BaseModel):
+class IntegrationOut(ApiModel):
     id: str
     provider: Provider
     name: str
@@ -140,16 +141,16 @@ class CreatedIntegrationOut(IntegrationOut):
     authorizationUrl: str | None = Field(default=None, description="google-drive only: Google's consent page")
 
 
-class IntegrationPage(BaseModel):
+class IntegrationPage(ApiModel):
     data: list[IntegrationOut]
     nextCursor: str | None
 
 
-class TestOut(BaseModel):
+class TestOut(ApiModel):
     ok: bool
 
 
-class CallbackQuery(BaseModel):
+class CallbackQuery(ApiModel):
     """What Google appends to the redirect: `code` and `state`, or `error`."""
 
     code: str | None = None

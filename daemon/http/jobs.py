@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import trio
-from pydantic import BaseModel, Field
+from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -22,6 +22,7 @@ from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
 from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from daemon.http.context import no_content, services
+from daemon.http.models import ApiModel
 from daemon.http.openapi import FileBytes, NoContent, error_responses, request_bodies
 from daemon.http.pagination import PageQuery, page
 from daemon.http.requests import current_request
@@ -68,7 +69,7 @@ def _aware(value: dt.datetime | None) -> dt.datetime | None:
     return value.replace(tzinfo=dt.UTC) if value is not None and value.tzinfo is None else value
 
 
-class CreateJobJson(BaseModel):
+class CreateJobJson(ApiModel):
     """A job whose file a worker fetches from an integration (PENDING until then)."""
 
     type: str
@@ -76,7 +77,7 @@ class CreateJobJson(BaseModel):
     source: SourceIn
 
 
-class CreateRunJson(BaseModel):
+class CreateRunJson(ApiModel):
     """A batch run of remote files: each source one file, or (`folderPath` alone, or an S3
     `prefix`) a folder listed into one job per file."""
 
@@ -85,7 +86,7 @@ class CreateRunJson(BaseModel):
     sources: list[SourceIn] = Field(min_length=1, max_length=MAX_FILES_PER_RUN)
 
 
-class CreateJobForm(BaseModel):
+class CreateJobForm(ApiModel):
     """An upload: the document in `file`."""
 
     type: Literal["EXTRACTION"]
@@ -93,7 +94,7 @@ class CreateJobForm(BaseModel):
     file: bytes = Field(description="the document (PDF, PNG, JPEG, TIFF, WEBP, DOCX, XLSX, CSV, TXT or HTML)")
 
 
-class CreateRunForm(BaseModel):
+class CreateRunForm(ApiModel):
     """An upload: one document per `files` part."""
 
     type: Literal["EXTRACTION"]
@@ -101,11 +102,11 @@ class CreateRunForm(BaseModel):
     files: list[bytes] = Field(min_length=1, max_length=MAX_FILES_PER_RUN)
 
 
-class PatchResultBody(BaseModel):
+class PatchResultBody(ApiModel):
     result: dict[str, Any]
 
 
-class JobOut(BaseModel):
+class JobOut(ApiModel):
     id: str
     type: str
     status: JobStatus
@@ -128,12 +129,12 @@ class JobOut(BaseModel):
     originalResult: dict[str, Any] | None = Field(default=None, description="the extracted result, once corrected")
 
 
-class JobPage(BaseModel):
+class JobPage(ApiModel):
     data: list[JobOut]
     nextCursor: str | None
 
 
-class RunCounts(BaseModel):
+class RunCounts(ApiModel):
     queued: int
     running: int
     completed: int
@@ -141,7 +142,7 @@ class RunCounts(BaseModel):
     cancelled: int
 
 
-class RunOut(BaseModel):
+class RunOut(ApiModel):
     id: str
     status: RunStatus
     schemaId: str
@@ -155,7 +156,7 @@ class RunCreatedOut(RunOut):
     jobs: list[JobOut]
 
 
-class RunPage(BaseModel):
+class RunPage(ApiModel):
     data: list[RunOut]
     nextCursor: str | None
 

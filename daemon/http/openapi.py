@@ -22,6 +22,7 @@ from quart_schema.validation import DataSource
 from werkzeug.routing import BaseConverter, Rule
 
 from daemon.errors import reason_phrase
+from daemon.http.models import ApiModel
 
 T = TypeVar("T")
 
@@ -53,7 +54,7 @@ _MEANINGS = {
 }
 
 
-class ErrorOut(BaseModel):
+class ErrorOut(ApiModel):
     """The error shape of every 4xx and 5xx (SPEC §3)."""
 
     statusCode: int
@@ -62,7 +63,7 @@ class ErrorOut(BaseModel):
     details: Any = Field(default=None, description="machine-readable detail where a route documents one")
 
 
-class RawAnswer(BaseModel):
+class RawAnswer(ApiModel):
     """A marker for `document_response`: an answer that is not JSON, described by its docstring."""
 
     content_type: ClassVar[str | None] = None
@@ -77,7 +78,7 @@ class FileBytes(RawAnswer):
     """The file's bytes, with its own Content-Type."""
 
     content_type = "*/*"
-    schema_ = {"type": "string", "format": "binary"}
+    schema_: ClassVar[dict[str, Any]] = {"type": "string", "format": "binary"}
 
 
 class PlainText(RawAnswer):

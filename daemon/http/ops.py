@@ -6,7 +6,6 @@ import logging
 from typing import Any
 
 import trio
-from pydantic import BaseModel
 from quart import Blueprint
 from quart_schema import document_response, tag
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -14,6 +13,7 @@ from quart_trio.wrappers.response import TrioResponse as Response
 from daemon import __version__
 from daemon.auth.guard import public
 from daemon.http.context import services
+from daemon.http.models import ApiModel
 from daemon.http.openapi import PlainText
 from daemon.jobs.models import JobStatus
 from daemon.services import Services
@@ -27,12 +27,12 @@ blueprint = Blueprint("ops", __name__)
 _READY_DB_TIMEOUT_S = 2.0
 
 
-class Health(BaseModel):
+class Health(ApiModel):
     status: str
     version: str
 
 
-class Readiness(BaseModel):
+class Readiness(ApiModel):
     status: str
     checks: dict[str, str]
 

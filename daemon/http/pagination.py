@@ -11,12 +11,13 @@ import binascii
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field, field_validator
 
+from daemon.http.models import ApiModel
 from daemon.storage.ids import looks_like_id
 
 
-class PageQuery(BaseModel):
+class PageQuery(ApiModel):
     limit: int = Field(default=20, ge=1, le=100)
     cursor: str | None = None
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 from quart import Blueprint, Response
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 
@@ -12,6 +12,7 @@ from daemon.auth.guard import current_principal, public
 from daemon.clock import iso, utcnow
 from daemon.errors import BadRequest, NotFound
 from daemon.http.context import limited_per_ip, no_content, services
+from daemon.http.models import ApiModel
 from daemon.http.openapi import NoContent
 from daemon.http.pagination import PageQuery, page
 from daemon.schemas.convert import (
@@ -47,7 +48,7 @@ def _not_blank(value: str | None) -> str | None:
     return value.strip() if value is not None else None
 
 
-class CreateSchemaBody(BaseModel):
+class CreateSchemaBody(ApiModel):
     name: str = Field(min_length=1, max_length=200)
     description: str | None = Field(default=None, max_length=2000)
     definition: dict[str, Any] = Field(description="a JSON Schema (draft 2020-12) whose root is an object")
@@ -57,7 +58,7 @@ class CreateSchemaBody(BaseModel):
     _ids = field_validator("webhookEndpointIds")(_unique_ids)
 
 
-class UpdateSchemaBody(BaseModel):
+class UpdateSchemaBody(ApiModel):
     """Only the keys given change; `description: null` clears the description, null for the others changes nothing."""
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
@@ -69,7 +70,7 @@ class UpdateSchemaBody(BaseModel):
     _ids = field_validator("webhookEndpointIds")(_unique_ids)
 
 
-class SchemaOut(BaseModel):
+class SchemaOut(ApiModel):
     id: str
     name: str
     description: str | None
@@ -79,12 +80,12 @@ class SchemaOut(BaseModel):
     updatedAt: str
 
 
-class SchemaPage(BaseModel):
+class SchemaPage(ApiModel):
     data: list[SchemaOut]
     nextCursor: str | None
 
 
-class ConvertBody(BaseModel):
+class ConvertBody(ApiModel):
     """Exactly one of the three forms."""
 
     model_config = ConfigDict(extra="forbid")
@@ -101,7 +102,7 @@ class ConvertBody(BaseModel):
         return self
 
 
-class ConvertOut(BaseModel):
+class ConvertOut(ApiModel):
     """`jsonSchema` for a `fields` or `example` request; `fields` for a `jsonSchema` one."""
 
     jsonSchema: dict[str, Any] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 from quart import Blueprint
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -21,6 +21,7 @@ from daemon.config import WebhooksConfig
 from daemon.errors import BadRequest
 from daemon.events import CATALOG
 from daemon.http.context import no_content, services
+from daemon.http.models import ApiModel
 from daemon.http.openapi import NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.storage.ids import new_id
@@ -49,7 +50,7 @@ _TYPE_PATTERN = r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$"
 # --- request and response models -------------------------------------------------------
 
 
-class CreateEndpointBody(BaseModel):
+class CreateEndpointBody(ApiModel):
     """`events` is required (non-empty) for AUTOMATIC endpoints; MANUAL ones receive only manual sends."""
 
     model_config = ConfigDict(extra="forbid")
@@ -62,7 +63,7 @@ class CreateEndpointBody(BaseModel):
     customHeaders: dict[str, str] = Field(default_factory=dict)
 
 
-class UpdateEndpointBody(BaseModel):
+class UpdateEndpointBody(ApiModel):
     """Only the keys given change; `description: null` clears the description, null for the
     others changes nothing. `enabled: true` re-enables and resets consecutiveDeadDeliveries."""
 
@@ -77,7 +78,7 @@ class UpdateEndpointBody(BaseModel):
     enabled: bool | None = None
 
 
-class SendBody(BaseModel):
+class SendBody(ApiModel):
     """A manual event: `data` as the receiver should get it; `type` defaults to webhook.send."""
 
     model_config = ConfigDict(extra="forbid")
@@ -100,7 +101,7 @@ class DeliveryQuery(PageQuery):
     eventType: str | None = Field(default=None, max_length=40)
 
 
-class EndpointOut(BaseModel):
+class EndpointOut(ApiModel):
     id: str
     url: str
     description: str | None
@@ -120,16 +121,16 @@ class EndpointCreatedOut(EndpointOut):
     signingSecret: str = Field(description="shown once: whsec_ + 32 random bytes in base64; the HMAC key as is")
 
 
-class EndpointPage(BaseModel):
+class EndpointPage(ApiModel):
     data: list[EndpointOut]
     nextCursor: str | None
 
 
-class SecretOut(BaseModel):
+class SecretOut(ApiModel):
     signingSecret: str
 
 
-class DeliveryOut(BaseModel):
+class DeliveryOut(ApiModel):
     id: str
     endpointId: str
     eventId: str
@@ -143,7 +144,7 @@ class DeliveryOut(BaseModel):
     createdAt: str
 
 
-class AttemptOut(BaseModel):
+class AttemptOut(ApiModel):
     at: str
     durationMs: int
     statusCode: int | None
@@ -155,18 +156,18 @@ class DeliveryDetailOut(DeliveryOut):
     attemptLog: list[AttemptOut] = Field(description="every attempt, oldest first")
 
 
-class DeliveryPage(BaseModel):
+class DeliveryPage(ApiModel):
     data: list[DeliveryOut]
     nextCursor: str | None
 
 
-class CatalogEntry(BaseModel):
+class CatalogEntry(ApiModel):
     type: str
     description: str
     example: dict[str, Any] = Field(description="an example of the event's data")
 
 
-class Catalog(BaseModel):
+class Catalog(ApiModel):
     data: list[CatalogEntry]
     nextCursor: str | None
 
