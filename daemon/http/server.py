@@ -12,7 +12,7 @@ from typing import Any
 import hypercorn.trio.run
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Event, Updated
+from hypercorn.events import Closed, Event, Updated
 from hypercorn.middleware import ProxyFixMiddleware
 from hypercorn.trio import serve
 from hypercorn.trio.tcp_server import TCPServer
@@ -42,7 +42,11 @@ class KeepAliveTCPServer(TCPServer):
     """
 
     async def protocol_send(self, event: Event) -> None:
-        if isinstance(event, Updated):  # start or stop the idle timer
+        # Starting or stopping the idle timer (Updated) and closing the connection (Closed,
+        # after an answer with "Connection: close", such as a refused upload's 413): a
+        # cancellation that lands in the close leaves the socket open, and hypercorn then
+        # reads, and drops, every byte of the body the client still sends.
+        if isinstance(event, Updated | Closed):
             with trio.CancelScope(shield=True):
                 await super().protocol_send(event)
         else:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import trio
+from e2e_helpers import Api
 from proc_sockets import CLOSE_WAIT, connections_held
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/net/tcp").exists(), reason="reads the daemon's sockets in /proc")
@@ -104,3 +105,27 @@ async def test_sigterm_closes_idle_connections_without_waiting_the_grace_period(
     code = await d.wait_exit(timeout=5)
     assert code == 0, d.describe()
     assert time.monotonic() - started < 5
+
+
+async def test_a_refused_upload_closes_its_connection_instead_of_reading_the_rest(start_daemon) -> None:
+    # The 413 answers "Connection: close"; closing must not be lost to the request's cancellation,
+    # or the server reads (and drops) every byte the client still sends.
+    d = start_daemon()
+    await d.wait_http_ready()
+    async with Api(d.url("")) as api:
+        headers = await api.sign_up()
+    declared = 200 * 2**20
+    async with await trio.open_tcp_stream("127.0.0.1", d.port) as stream:
+        await stream.send_all(
+            f"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: {headers['Authorization']}\r\n"
+            f"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: {declared}\r\n\r\n".encode())
+        sent, chunk = 0, b"x" * 2**16
+        with trio.move_on_after(10):
+            try:
+                while sent < declared:
+                    await stream.send_all(chunk)
+                    sent += len(chunk)
+            except trio.BrokenResourceError:
+                pass
+        assert sent < 64 * 2**20, f"the server read {sent / 2**20:.0f} MiB of a body it had refused"
+    await d.stop()
