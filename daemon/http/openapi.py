@@ -113,12 +113,31 @@ def request_bodies(*, json: type[BaseModel], multipart: type[BaseModel] | None =
     return decorate
 
 
+def _name_inline_models(document: dict[str, Any]) -> None:
+    """Move each body and answer model quart-schema writes inline into `components` under
+    its title, and refer to it there: one `JobOut` a client generator can name once, where
+    inline copies (a job's 201 and its idempotent replay's 200) made openapi-python-client
+    drop all but one. A title already taken by a different schema stays inline."""
+    named = document["components"]["schemas"]
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            bodies = [operation.get("requestBody", {}), *operation.get("responses", {}).values()]
+            for media in (m for body in bodies for m in body.get("content", {}).values()):
+                schema = media.get("schema", {})
+                title = schema.get("title")
+                if "$ref" in schema or not title or named.get(title, schema) != schema:
+                    continue
+                named[title] = schema
+                media["schema"] = {"$ref": f"#/components/schemas/{title}"}
+
+
 class DocexOpenAPI(OpenAPIProvider):
     def schema(self) -> dict[str, Any]:
         document = super().schema()
         components = document["components"]
         components["schemas"]["Error"] = ErrorOut.model_json_schema()
         components["securitySchemes"] = SECURITY_SCHEMES
+        _name_inline_models(document)
         return document
 
     def build_paths(self, rule: Rule) -> tuple[dict[str, Any], dict[str, Any]]:

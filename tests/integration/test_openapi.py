@@ -42,17 +42,33 @@ async def test_every_operation_documents_success_and_an_error_in_the_error_shape
     assert set(error["required"]) == {"statusCode", "message", "error"}
 
 
+def named(document: dict[str, Any], media: dict[str, Any]) -> dict[str, Any]:
+    """A body's or answer's schema, looked up in components when the document refers to it."""
+    schema: dict[str, Any] = media["schema"]
+    if "$ref" in schema:
+        return document["components"]["schemas"][schema["$ref"].rsplit("/", 1)[1]]  # type: ignore[no-any-return]
+    return schema
+
+
+async def test_answers_and_bodies_refer_to_named_models(document: dict[str, Any]) -> None:
+    # One JobOut for a job's 201 and its replay's 200: client generators name it once.
+    answers = document["paths"]["/api/jobs"]["post"]["responses"]
+    assert answers["201"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/JobOut"}
+    assert answers["200"]["content"] == answers["201"]["content"]
+
+
 async def test_every_body_taking_operation_documents_its_body(document: dict[str, Any]) -> None:
     bodies = {(m, p): set(op["requestBody"]["content"]) for m, p, op in operations(document) if "requestBody" in op}
     assert bodies[("post", "/api/jobs")] == {"application/json", "multipart/form-data"}
     assert bodies[("post", "/api/job-runs")] == {"application/json", "multipart/form-data"}
-    upload = document["paths"]["/api/jobs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    upload = named(document, document["paths"]["/api/jobs"]["post"]["requestBody"]["content"]["multipart/form-data"])
     assert upload["properties"]["file"] == {**upload["properties"]["file"], "type": "string", "format": "binary"}
-    files = document["paths"]["/api/job-runs"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    files = named(document, document["paths"]["/api/job-runs"]["post"]["requestBody"]["content"]["multipart/form-data"])
     assert files["properties"]["files"]["items"]["format"] == "binary"
-    integration = document["paths"]["/api/integrations"]["post"]["requestBody"]["content"]["application/json"]
-    assert integration["schema"]["discriminator"]["propertyName"] == "provider"
-    assert set(integration["schema"]["discriminator"]["mapping"]) == {"s3", "google-drive"}
+    integrations = document["paths"]["/api/integrations"]["post"]
+    integration = named(document, integrations["requestBody"]["content"]["application/json"])
+    assert integration["discriminator"]["propertyName"] == "provider"
+    assert set(integration["discriminator"]["mapping"]) == {"s3", "google-drive"}
     for method in ("post", "patch"):
         for path, item in document["paths"].items():
             if method in item and not path.endswith(("/restart", "/cancel", "/test", "/rotate-secret", "/replay",
