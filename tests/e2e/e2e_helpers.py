@@ -38,6 +38,20 @@ INVOICE_SCHEMA = {
 }
 
 
+
+def wait_until_serving(daemon: Any) -> None:
+    """Block (a sync test: Playwright, a generated client) until the daemon answers /api/health."""
+    deadline = time.monotonic() + STARTUP
+    while True:
+        try:
+            if httpx.get(daemon.url("/api/health"), timeout=2.0).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if daemon.proc.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"docex did not answer /api/health\n{daemon.describe()}")
+        time.sleep(0.05)
+
 # --- talking to the daemon ------------------------------------------------------------
 
 

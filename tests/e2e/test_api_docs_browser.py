@@ -9,14 +9,13 @@ of the OpenAPI document.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from e2e_helpers import QUICK_ENV, STARTUP
+from e2e_helpers import QUICK_ENV, wait_until_serving
 from system_requirements import require_program
 
 sync_api = pytest.importorskip(  # the test extra installs it: only a partial install lacks it
@@ -30,19 +29,6 @@ CHROMIUM_ARGS = [
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
 ]
 RENDER_TIMEOUT_MS = 30_000  # a 1.7 MB bundle parsed on a busy 2-core machine
-
-
-def wait_until_serving(daemon: Any) -> None:
-    deadline = time.monotonic() + STARTUP
-    while True:
-        try:
-            if httpx.get(daemon.url("/api/health"), timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if daemon.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"docex did not answer /api/health\n{daemon.describe()}")
-        time.sleep(0.05)
 
 
 def test_api_docs_render_every_operation_without_network(start_daemon: Callable[..., Any],

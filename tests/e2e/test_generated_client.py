@@ -19,23 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
-from e2e_helpers import INVOICE_SCHEMA, QUICK_ENV, STARTUP
+from e2e_helpers import INVOICE_SCHEMA, QUICK_ENV, wait_until_serving
 
 GENERATOR = Path(sys.executable).parent / "openapi-python-client"
-
-
-def wait_until_serving(daemon: Any) -> None:
-    deadline = time.monotonic() + STARTUP
-    while True:
-        try:
-            if httpx.get(daemon.url("/api/health"), timeout=2.0).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        if daemon.proc.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"docex did not answer /api/health\n{daemon.describe()}")
-        time.sleep(0.05)
 
 
 def generate_client(document: bytes, into: Path) -> Any:
