@@ -16,10 +16,12 @@ import re
 from typing import Any, cast
 
 import trio
+from hypercorn.typing import HTTPScope
 from quart import Quart, request
 from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers import TrioRequest
 from quart_trio.wrappers.request import TrioBody
+from werkzeug.datastructures import Headers
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from daemon.errors import BadRequest, NotFound
@@ -107,13 +109,14 @@ class FlowControlledHTTPConnection(TrioASGIHTTPConnection):
 class DocexRequest(TrioRequest):
     body_class = LimitedBody
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, method: str, scheme: str, path: str, query_string: bytes, headers: Headers,
+                 root_path: str, http_version: str, scope: HTTPScope, *, max_content_length: int | None = None,
+                 **kwargs: Any) -> None:
         # Uploads are streamed and their files counted one by one (daemon.jobs.upload);
         # only other bodies get the small JSON limit.
-        multipart = "multipart/form-data" in (args[4] if len(args) > 4 else kwargs["headers"]).get("Content-Type", "")
-        if multipart:
-            kwargs["max_content_length"] = None
-        super().__init__(*args, **kwargs)
+        multipart = "multipart/form-data" in headers.get("Content-Type", "")
+        super().__init__(method, scheme, path, query_string, headers, root_path, http_version, scope,
+                         max_content_length=None if multipart else max_content_length, **kwargs)
         if multipart:
             # Upload routes stream their body; hold it back from the first byte, or a fast
             # client fills memory while the guard is still looking up the credential.
