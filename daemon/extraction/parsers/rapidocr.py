@@ -89,10 +89,19 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
     Raises:
         PermanentJobError: OCR_FAILED when the engine is missing or fails.
     """
+    global _engine
     engine = _load()
     try:
         output = engine(image.convert("RGB"))
-    except Exception as exc:
+    except BaseException as exc:
+        # A failed run can leave onnxruntime's sessions unusable (an allocation refused under
+        # extraction.max_memory made every later document of the same worker fail): the next
+        # document loads the engine afresh, and the memory of this one is given back.
+        _engine = None
+        if isinstance(exc, MemoryError):
+            raise  # PARSE_OUT_OF_MEMORY, with the setting to raise (daemon.extraction.worker)
+        if not isinstance(exc, Exception):
+            raise
         raise PermanentJobError("OCR_FAILED", f"rapidocr failed ({type(exc).__name__})") from exc
     if output.txts is None or output.boxes is None or output.scores is None:
         return []  # no text found

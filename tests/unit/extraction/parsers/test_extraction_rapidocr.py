@@ -106,3 +106,18 @@ def test_an_unknown_engine_is_a_configuration_error() -> None:
 def test_tesseract_stays_the_default() -> None:
     assert load_config(environ={}).extraction.ocr_engine == "tesseract"
     assert dataclasses.replace(RAPIDOCR, ocr_engine="tesseract") == ParseOptions()
+
+
+def test_an_allocation_refused_mid_run_is_out_of_memory_and_the_next_document_gets_a_fresh_engine(
+    make_doc: Callable[..., Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What onnxruntime does under extraction.max_memory, stood in for: the run's allocation fails.
+    class Refusing:
+        def __call__(self, image: object) -> object:
+            raise MemoryError
+
+    monkeypatch.setattr(engine_module, "_engine", Refusing())
+    with pytest.raises(MemoryError):
+        engine_module.rapidocr_lines(Image.new("RGB", (200, 50), "white"))
+    # The broken engine is dropped: the next document of the same worker is read by a new one.
+    assert "INV-2024-0042" in parse(make_doc("png"), filetypes.PNG, RAPIDOCR).pages[0].text
