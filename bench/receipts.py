@@ -1,0 +1,131 @@
+"""Field accuracy of the rules provider on the sample receipts, fast enough to
+iterate on a rule: each receipt is read by OCR once per engine and the
+reading is kept on disk; the rules run on the kept readings in seconds.
+
+    .venv/bin/python bench/receipts.py [--engine rapidocr] [--sets receipts,receipts-extra]
+        [--cache .cache/ocr] [--misses company] [--samples ../shared/samples]
+
+Prints, per set, each field's accuracy and the mean (scored by
+SAMPLES/score.py's own comparison), then, with --misses FIELD, every receipt
+whose FIELD is wrong: what the answer is and what the rules read.
+
+The readings are keyed by the file's bytes, the engine and docex's OCR
+parser sources, so a change to a parser re-reads; a change to the rules
+does not. `bench/extract.py` remains the end-to-end figure (the daemon's
+worker processes, its memory limit, its timeouts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import pickle
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from daemon.extraction.document import Document  # noqa: E402
+from daemon.extraction.parsers.base import ParseOptions  # noqa: E402
+from daemon.extraction.parsers.ocr import parse_image  # noqa: E402
+from daemon.extraction.providers.rules.engine import extract_rules  # noqa: E402
+
+PARSER_SOURCES = ("ocr.py", "rapidocr.py", "scanned.py", "base.py")
+
+
+def parser_fingerprint(engine: str) -> str:
+    digest = hashlib.sha256(engine.encode())
+    for name in PARSER_SOURCES:
+        digest.update((ROOT / "daemon" / "extraction" / "parsers" / name).read_bytes())
+    digest.update((ROOT / "daemon" / "extraction" / "document.py").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def read(path: str, engine: str) -> Document:
+    return parse_image(Path(path), ParseOptions(ocr_engine=engine))
+
+
+def readings(files: list[Path], engine: str, cache: Path, workers: int) -> dict[str, Document]:
+    """Each file's OCR reading, from the cache or read now (in `workers` processes)."""
+    folder = cache / f"{engine}-{parser_fingerprint(engine)}"
+    folder.mkdir(parents=True, exist_ok=True)
+    out: dict[str, Document] = {}
+    todo: dict[Path, Path] = {}
+    for path in files:
+        kept = folder / f"{hashlib.sha256(path.read_bytes()).hexdigest()[:20]}.pickle"
+        if kept.exists():
+            out[str(path)] = pickle.loads(kept.read_bytes())
+        else:
+            todo[path] = kept
+    if todo:
+        print(f"  reading {len(todo)} receipts with {engine} ...", file=sys.stderr)
+        with ProcessPoolExecutor(workers) as pool:
+            paths = list(todo)
+            for path, document in zip(paths, pool.map(read, map(str, paths), [engine] * len(paths)), strict=True):
+                todo[path].write_bytes(pickle.dumps(document))
+                out[str(path)] = document
+    return out
+
+
+def load_scorer(samples: Path) -> Any:
+    spec = importlib.util.spec_from_file_location("score", samples / "score.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=Path, default=ROOT.parent / "shared" / "samples")
+    parser.add_argument("--engine", default="rapidocr", choices=("rapidocr", "tesseract"))
+    parser.add_argument("--sets", default="receipts,receipts-extra")
+    parser.add_argument("--cache", type=Path, default=ROOT / ".cache" / "ocr")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--misses", default="", help="a field whose misses to list")
+    parser.add_argument("--json", type=Path, help="write {set: {id: result}} here")
+    args = parser.parse_args()
+
+    scorer = load_scorer(args.samples)
+    fields: dict[str, str] = scorer.FIELDS["receipts"]
+    schema = json.loads((args.samples / "receipts.schema.json").read_text())
+    everything: dict[str, dict[str, Any]] = {}
+    means = []
+    for name in args.sets.split(","):
+        folder = args.samples / name
+        files = sorted(folder.glob("*.jpg"))
+        documents = readings(files, args.engine, args.cache, args.workers)
+        right = dict.fromkeys(fields, 0)
+        misses: list[str] = []
+        results: dict[str, Any] = {}
+        for path in files:
+            truth = json.loads(path.with_suffix(".json").read_text())
+            result, _ = extract_rules(documents[str(path)], schema)
+            results[path.stem] = result
+            for field, kind in fields.items():
+                if scorer.same(kind, truth.get(field), result.get(field)):
+                    right[field] += 1
+                elif field == args.misses:
+                    misses.append(f"  {path.stem}: want {truth.get(field)!r}\n  {'':{len(path.stem)}}   got  "
+                                  f"{result.get(field)!r}")
+        everything[name] = results
+        accuracy = {field: right[field] / len(files) for field in fields}
+        mean = sum(accuracy.values()) / len(fields)
+        means.append(mean)
+        cells = "  ".join(f"{field} {value:.3f}" for field, value in accuracy.items())
+        print(f"{name:15} {args.engine:9} {cells}  mean {mean:.3f}  ({len(files)})")
+        if misses:
+            print("\n".join(misses))
+    if len(means) > 1:
+        print(f"spread {max(means) - min(means):.3f}")
+    if args.json:
+        args.json.write_text(json.dumps(everything, indent=1))
+
+
+if __name__ == "__main__":
+    main()
