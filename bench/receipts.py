@@ -5,9 +5,15 @@ reading is kept on disk; the rules run on the kept readings in seconds.
     .venv/bin/python bench/receipts.py [--engine rapidocr] [--sets receipts,receipts-extra]
         [--cache .cache/ocr] [--misses company] [--samples ../shared/samples]
 
-Prints, per set, each field's accuracy and the mean (scored by
+Prints, per set, each field's accuracy, the mean and how many results are complete (scored by
 SAMPLES/score.py's own comparison), then, with --misses FIELD, every receipt
 whose FIELD is wrong: what the answer is and what the rules read.
+
+Confidence is checked the same way: per set, how many values came with a
+confidence at or above --threshold (default 0.9, the line README
+"Confidence" documents) and how often those are right, beside the same for
+the values below it. A confidence means something when the values above the
+line are right at least 95 % of the time.
 
 The readings are keyed by the file's bytes, the engine and docex's OCR
 parser sources, so a change to a parser re-reads; a change to the rules
@@ -80,6 +86,11 @@ def load_scorer(samples: Path) -> Any:
     return module
 
 
+def share(tally: list[int]) -> str:
+    """"right of all values (accuracy)"."""
+    return f"{tally[0]}/{tally[1]} right ({tally[0] / tally[1]:.3f})" if tally[1] else "0 values"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=Path, default=ROOT.parent / "shared" / "samples")
@@ -89,6 +100,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--misses", default="", help="a field whose misses to list")
     parser.add_argument("--json", type=Path, help="write {set: {id: result}} here")
+    parser.add_argument("--threshold", type=float, default=0.9, help="the confidence line to report on")
     args = parser.parse_args()
 
     scorer = load_scorer(args.samples)
@@ -101,14 +113,23 @@ def main() -> None:
         files = sorted(folder.glob("*.jpg"))
         documents = readings(files, args.engine, args.cache, args.workers)
         right = dict.fromkeys(fields, 0)
+        # [right, all] of the values at or above the confidence line, and of those below it
+        sure, unsure = [0, 0], [0, 0]
+        complete = 0  # results with every required value: the jobs that need no person (SPEC §7)
         misses: list[str] = []
         results: dict[str, Any] = {}
         for path in files:
             truth = json.loads(path.with_suffix(".json").read_text())
-            result, _ = extract_rules(documents[str(path)], schema)
+            result, evidence = extract_rules(documents[str(path)], schema)
             results[path.stem] = result
+            complete += all(field in result for field in schema["required"])
             for field, kind in fields.items():
-                if scorer.same(kind, truth.get(field), result.get(field)):
+                correct = scorer.same(kind, truth.get(field), result.get(field))
+                if field in result:
+                    tally = sure if evidence[f"/{field}"]["confidence"] >= args.threshold else unsure
+                    tally[0] += correct
+                    tally[1] += 1
+                if correct:
                     right[field] += 1
                 elif field == args.misses:
                     misses.append(f"  {path.stem}: want {truth.get(field)!r}\n  {'':{len(path.stem)}}   got  "
@@ -119,6 +140,8 @@ def main() -> None:
         means.append(mean)
         cells = "  ".join(f"{field} {value:.3f}" for field, value in accuracy.items())
         print(f"{name:15} {args.engine:9} {cells}  mean {mean:.3f}  ({len(files)})")
+        print(f"{'':25} complete {complete}/{len(files)}   "
+              f"confidence >= {args.threshold}: {share(sure)}   below: {share(unsure)}")
         if misses:
             print("\n".join(misses))
     if len(means) > 1:
