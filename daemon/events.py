@@ -9,10 +9,13 @@ from __future__ import annotations
 CATALOG: dict[str, str] = {
     "job.queued": "A job was created (or restarted) and waits for a worker.",
     "job.started": "A worker began processing the job.",
-    "job.completed": "Extraction finished; data.job.result holds the result.",
+    "job.completed": "Extraction finished; data.job.result holds the result. data.job.resultMeta.complete is "
+                     "false when required values were not found (resultMeta.missing lists their JSON pointers): "
+                     "the job needs a person to finish it with PATCH /api/jobs/:id/result.",
     "job.failed": "The job failed after its last attempt; see errorCode and errorMessage.",
     "job.cancelled": "The job was cancelled while pending or queued.",
-    "job.updated": "The job's result was corrected by hand; data.job.result is the new result.",
+    "job.updated": "The job's result was corrected by hand; data.job.result is the new result, "
+                   "data.job.resultMeta.complete and missing say whether it still lacks required values.",
     "job_run.created": "A batch run was created with its jobs.",
     "job_run.progress": "A job of the batch run ended; counts are updated (at most once a second per run).",
     "job_run.completed": "Every job of the batch run ended and none failed.",

@@ -57,7 +57,9 @@ class Metrics:
             registry=self.registry,
         )
         self.job_attempts = Counter(
-            "docex_job_attempts", "Job attempts by outcome (completed, retried, failed, lost).",
+            "docex_job_attempts",
+            "Job attempts by outcome (completed, incomplete: completed but lacking required values, retried, "
+            "failed, lost).",
             ["outcome"], registry=self.registry,
         )
         self.webhook_deliveries = Counter(

@@ -1,11 +1,12 @@
 """`docex extract FILE --schema schema.json`: the extraction pipeline on one
 file, with no daemon and no database.
 
-Prints ``{"result": ..., "resultMeta": ...}`` as JSON on stdout and exits 0;
-an extraction error prints ``{"errorCode", "errorMessage"}`` and exits 1
-(a result that does not match the schema is RESULT_INVALID, with the
-problems in ``details``, as the daemon would record it). A missing file or an
-unreadable schema is a usage error: one line on stderr, exit 2.
+Prints ``{"result": ..., "resultMeta": ...}`` as JSON on stdout and exits 0
+(a result that lacks required values too: ``resultMeta.complete`` is false and
+``resultMeta.missing`` names them, as the daemon would record it); an
+extraction error, RESULT_INVALID included, prints ``{"errorCode",
+"errorMessage"}`` and exits 1. A missing file or an unreadable schema is a
+usage error: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import trio
 
 from daemon.config import Config
 from daemon.errors import JobError
-from daemon.extraction.pipeline import extract, schema_of, warn_if_ocr_missing
+from daemon.extraction.pipeline import extract, warn_if_ocr_missing
 from daemon.jobs import filetypes
 from daemon.schemas.definition import PROVIDER_KEYWORD
 
@@ -66,24 +67,12 @@ def run(file: str, schema_file: str, provider: str | None, config: Config, out: 
         extraction = trio.run(extract, path, mime_type, definition, config)
     except JobError as exc:
         return _fail(out, exc.code, exc.message)
-    problems = _validate(schema_of(definition), extraction.result)
-    if problems:
-        return _fail(out, "RESULT_INVALID", "the result does not match the schema", details=problems,
-                     result=extraction.result, resultMeta=extraction.meta)
     json.dump({"result": extraction.result, "resultMeta": extraction.meta}, out, ensure_ascii=False, indent=2)
     out.write("\n")
     return 0
 
 
-def _validate(definition: dict[str, Any], result: dict[str, Any]) -> list[str]:
-    try:
-        from daemon.schemas.definition import validate_result
-    except ImportError:  # pragma: no cover - the schema module is optional for this command
-        return []
-    return validate_result(definition, result)
-
-
-def _fail(out: TextIO, code: str, message: str, **extra: Any) -> int:
-    json.dump({"errorCode": code, "errorMessage": message, **extra}, out, ensure_ascii=False, indent=2)
+def _fail(out: TextIO, code: str, message: str) -> int:
+    json.dump({"errorCode": code, "errorMessage": message}, out, ensure_ascii=False, indent=2)
     out.write("\n")
     return EXIT_FAILED

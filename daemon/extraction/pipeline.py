@@ -9,7 +9,11 @@ providers get the parsed document and talk HTTP from the trio thread, and
 their values are then located in the document for ``resultMeta.fields``.
 
 The provider is the definition's ``x-docex-provider`` keyword if set, else
-``extraction.provider``.
+``extraction.provider``. Every result is then checked against the schema
+(SPEC §7): a value of the wrong type or shape is RESULT_INVALID; a result that
+only lacks required values is kept, with ``resultMeta.missing`` naming them and
+``resultMeta.complete`` false, unless the definition says
+``"x-docex-incomplete": "fail"``.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ from daemon.extraction.parsers.base import ParseOptions
 from daemon.extraction.parsers.rapidocr import rapidocr_version
 from daemon.extraction.providers.base import AIProvider, ProviderOutput
 from daemon.extraction.worker import Failure, RulesOutcome, extract_with_rules, parse_document
-from daemon.schemas.definition import PROVIDER_KEYWORD
+from daemon.jobs.models import completeness
+from daemon.schemas.definition import PROVIDER_KEYWORD, check_result, incomplete_fails
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -43,7 +48,8 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class Extraction:
     result: dict[str, Any]
-    meta: dict[str, Any]  # resultMeta: provider, model, durationMs, fields{pointer: evidence}, usage?
+    # resultMeta: provider, model, durationMs, fields{pointer: evidence}, usage?, complete, missing
+    meta: dict[str, Any]
     page_count: int
 
 
@@ -88,11 +94,15 @@ async def extract(
         config: the effective configuration (limits, provider settings).
         client: the HTTP client for AI providers; one is opened per call if None.
 
+    Returns:
+        the result, which matches the schema but may lack required values
+        (``meta["complete"]`` false, ``meta["missing"]`` their JSON pointers).
+
     Raises:
         JobError: with a SPEC §6 errorCode: permanent (CORRUPTED_FILE,
             TOO_MANY_PAGES, OCR_FAILED, UNSUPPORTED_FILE, PARSE_FAILED,
             DOCUMENT_TOO_LARGE, PARSE_TIMEOUT, PARSE_OUT_OF_MEMORY,
-            AI_PROVIDER_ERROR) or transient (AI_PROVIDER_TIMEOUT,
+            AI_PROVIDER_ERROR, RESULT_INVALID) or transient (AI_PROVIDER_TIMEOUT,
             AI_PROVIDER_RATE_LIMIT, AI_PROVIDER_ERROR on a 5xx).
 
     Cancellation: a parser worker process is killed; an HTTP call is abandoned.
@@ -111,7 +121,7 @@ async def extract(
             "durationMs": _ms_since(started),
             "fields": outcome.fields,
         }
-        return Extraction(result=outcome.result, meta=meta, page_count=outcome.page_count)
+        return _judged(definition, Extraction(result=outcome.result, meta=meta, page_count=outcome.page_count))
 
     document = await in_worker(parse_document, str(path), mime_type, options,
                                timeout_s=config.extraction.parse_timeout_s)
@@ -131,7 +141,24 @@ async def extract(
     }
     if output.usage is not None:
         meta["usage"] = output.usage
-    return Extraction(result=output.result, meta=meta, page_count=document.page_count)
+    return _judged(definition, Extraction(result=output.result, meta=meta, page_count=document.page_count))
+
+
+def _judged(definition: dict[str, Any], extraction: Extraction) -> Extraction:
+    """`extraction` with its completeness in resultMeta, if its result may complete a job.
+
+    Raises:
+        PermanentJobError: RESULT_INVALID for a value of the wrong type or shape, or for
+            missing required values when the definition opted into failing.
+    """
+    check = check_result(schema_of(definition), extraction.result)
+    if check.problems or (check.missing and incomplete_fails(definition)):
+        found = check.problems[:10]
+        if check.missing:
+            found.append("required values not found: " + ", ".join(check.missing[:20]))
+        raise PermanentJobError("RESULT_INVALID", "Result does not match the schema: " + "; ".join(found))
+    return Extraction(result=extraction.result, meta={**extraction.meta, **completeness(check.missing)},
+                      page_count=extraction.page_count)
 
 
 def make_provider(name: str, config: Config) -> AIProvider:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -32,7 +33,7 @@ from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun, job_json, run_json
 from daemon.jobs.upload import StoredFile, Upload, receive_upload
-from daemon.schemas.definition import validate_result
+from daemon.schemas.definition import check_result, incomplete_fails
 from daemon.storage.ids import looks_like_id
 from daemon.storage.repos import jobs as repo
 from daemon.storage.repos.jobs import JobFilter, NewJob
@@ -54,6 +55,9 @@ class JobQuery(PageQuery):
     jobRunId: str | None = None
     createdAfter: dt.datetime | None = None
     createdBefore: dt.datetime | None = None
+    complete: bool | None = Field(
+        default=None, description="true: COMPLETED jobs whose result has every required value; false: COMPLETED "
+        "jobs whose result lacks some (resultMeta.complete false), for a person to finish")
 
     def filter(self) -> JobFilter:
         return JobFilter(
@@ -62,6 +66,7 @@ class JobQuery(PageQuery):
             job_run_id=self.jobRunId,
             created_after=_aware(self.createdAfter),
             created_before=_aware(self.createdBefore),
+            complete=self.complete,
         )
 
 
@@ -106,6 +111,20 @@ class PatchResultBody(ApiModel):
     result: dict[str, Any]
 
 
+class ResultMetaOut(ApiModel):
+    """How a COMPLETED job's result was made, and whether it is whole (SPEC §6, §7)."""
+
+    provider: str = Field(description="rules, openai or anthropic")
+    model: str | None = Field(description="the AI model; null for rules")
+    durationMs: float
+    fields: dict[str, dict[str, Any]] = Field(
+        description="each value's JSON pointer → {confidence 0..1, page, bbox?, text}: where the document says it")
+    usage: dict[str, int] | None = Field(default=None, description="AI providers: requests, inputTokens, outputTokens")
+    complete: bool = Field(description="false: required values were not found (see missing); the job needs a person")
+    missing: list[str] = Field(description="the JSON pointers of the required values not found (/address, "
+                               "/vendor/name, /items/0/amount); empty when complete")
+
+
 class JobOut(ApiModel):
     id: str
     type: str
@@ -119,7 +138,7 @@ class JobOut(ApiModel):
     pageCount: int | None
     attempts: int
     result: dict[str, Any] | None
-    resultMeta: dict[str, Any] | None
+    resultMeta: ResultMetaOut | None
     errorMessage: str | None
     errorCode: str | None = Field(description="SPEC §6, e.g. PARSE_FAILED")
     createdAt: str
@@ -490,15 +509,24 @@ async def cancel_job(job_id: str) -> dict[str, Any]:
 @document_response(JobOut)
 @error_responses(409)
 async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
-    """Correct a COMPLETED job's result; it must match the schema. Emits job.updated."""
+    """Correct a COMPLETED job's result; its values must match the schema. Required values it
+    still lacks are listed in resultMeta.missing (complete once there are none), unless the
+    schema says `"x-docex-incomplete": "fail"`: then they are refused. Emits job.updated."""
     user_id = current_principal().user_id
     job = await services().db.read(repo.get_job, user_id, job_id)
     if job is None:
         raise NotFound("Job not found")
     schema = await services().db.read(get_schema, user_id, job.schema_id, include_deleted=True)
-    if schema is not None and (problems := validate_result(schema.definition, data.result)):
-        raise BadRequest([f"result{p}" for p in problems])
-    job = await services().db.run(repo.patch_result, user_id, job_id, data.result, utcnow())
+    missing: list[str] = []
+    if schema is not None:
+        check = check_result(schema.definition, data.result)
+        problems = [f"result{p}" for p in check.problems]
+        if incomplete_fails(schema.definition):
+            problems += [f"result{pointer} is required" for pointer in check.missing]
+        if problems:
+            raise BadRequest(problems)
+        missing = check.missing
+    job = await services().db.run(repo.patch_result, user_id, job_id, data.result, missing, utcnow())
     return job_json(job)
 
 
@@ -575,14 +603,7 @@ async def list_run_jobs(run_id: str, query_args: JobQuery) -> dict[str, Any]:
     user_id = current_principal().user_id
     if await services().db.read(repo.get_run, user_id, run_id) is None:
         raise NotFound("Job run not found")
-    where = query_args.filter()
-    where = JobFilter(
-        status=where.status,
-        schema_id=where.schema_id,
-        job_run_id=run_id,
-        created_after=where.created_after,
-        created_before=where.created_before,
-    )
+    where = dataclasses.replace(query_args.filter(), job_run_id=run_id)
     rows = await services().db.read(repo.list_jobs, user_id, where, query_args.limit, query_args.cursor)
     return page(rows, query_args.limit, job_json)
 

@@ -1,8 +1,10 @@
-"""Job and batch-run vocabulary: statuses, error codes, the job type."""
+"""Job and batch-run vocabulary: statuses, error codes, the job type, a result's completeness."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import StrEnum
+from typing import Any
 
 
 class JobStatus(StrEnum):
@@ -48,6 +50,13 @@ class ErrorCode(StrEnum):
 
 
 JOB_TYPE_EXTRACTION = "EXTRACTION"
+
+
+def completeness(missing: Sequence[str]) -> dict[str, Any]:
+    """The resultMeta members that say whether a COMPLETED job's result is whole (SPEC §7):
+    `missing`, the JSON pointers of the required values not found, and `complete`, true
+    when there are none (false: the job needs a person)."""
+    return {"complete": not missing, "missing": list(missing)}
 
 
 def count_key(status: str) -> str:

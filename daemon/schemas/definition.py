@@ -4,7 +4,8 @@ result matches one.
 A definition is a JSON Schema, draft 2020-12, of this shape and nothing more::
 
     root      {"type": "object", "properties": {name: property, ...}, "required"?: [name, ...],
-               "$schema"?: DIALECT, "title"?, "description"?}
+               "$schema"?: DIALECT, "title"?, "description"?,
+               "x-docex-provider"?: PROVIDERS, "x-docex-incomplete"?: "complete" | "fail"}
     property  a scalar, an object or an array, each with an optional "title" and "description"
     scalar    {"type": "string" | "number" | "integer" | "boolean", "enum"?: [value, ...],
                "format"?: "date" | "date-time" | "email" | "uri"}      (format on strings only)
@@ -27,6 +28,7 @@ import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from daemon.config import PROVIDERS
@@ -38,6 +40,11 @@ if TYPE_CHECKING:
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 # Top-level keyword of a schema definition choosing its provider (one of config.PROVIDERS).
 PROVIDER_KEYWORD = "x-docex-provider"
+# Top-level keyword saying what a result that lacks required values does (SPEC §7): "complete"
+# (the default) completes the job with the values found, marked incomplete for a person to
+# finish; "fail" fails it with RESULT_INVALID.
+INCOMPLETE_KEYWORD = "x-docex-incomplete"
+INCOMPLETE_POLICIES = ("complete", "fail")
 TYPES = ("string", "number", "integer", "boolean", "object", "array")
 SCALAR_TYPES = ("string", "number", "integer", "boolean")
 ITEM_TYPES = (*SCALAR_TYPES, "object")  # no arrays of arrays
@@ -50,12 +57,13 @@ MAX_PROPERTIES = 200  # properties at every level together
 MAX_NAME_CHARS = 200
 MAX_TEXT_CHARS = 2000  # title and description
 MAX_ENUM_VALUES = 500
-# validate_result reports at most this many errors, each cut to this length (a message
+# check_result reports at most this many errors, each cut to this length (a message
 # quotes the failing value, which may be a whole extracted table).
 MAX_RESULT_ERRORS = 100
 MAX_MESSAGE_CHARS = 300
 
-ROOT_KEYWORDS = ("$schema", "type", "title", "description", "properties", "required", PROVIDER_KEYWORD)
+ROOT_KEYWORDS = ("$schema", "type", "title", "description", "properties", "required", PROVIDER_KEYWORD,
+                 INCOMPLETE_KEYWORD)
 PROPERTY_KEYWORDS = ("type", "title", "description", "format", "enum", "properties", "required", "items")
 ITEM_KEYWORDS = ("type", "format", "enum", "properties", "required")
 
@@ -147,6 +155,8 @@ class _Walk:
             self.add(("$schema",), f"must be {DIALECT}")
         if PROVIDER_KEYWORD in node and node[PROVIDER_KEYWORD] not in PROVIDERS:
             self.add((PROVIDER_KEYWORD,), f"must be one of {', '.join(PROVIDERS)}")
+        if INCOMPLETE_KEYWORD in node and node[INCOMPLETE_KEYWORD] not in INCOMPLETE_POLICIES:
+            self.add((INCOMPLETE_KEYWORD,), f"must be one of {', '.join(INCOMPLETE_POLICIES)}")
         self.texts(node, ())
         self.members(node, (), depth=1)
 
@@ -315,30 +325,52 @@ def json_pointer(parts: Iterable[str | int]) -> str:
     return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def validate_result(definition: dict[str, Any], result: object) -> list[str]:
-    """Errors of `result` against `definition` (which passed `check_definition`); empty if valid.
+@dataclass(frozen=True)
+class ResultCheck:
+    """How a result compares with its definition (SPEC §7).
 
-    Each error starts with the JSON pointer of the failing value:
-    ``/total: 'abc' is not of type 'number'``; a missing required property is named by
-    the pointer it should have had (``/lines/0/qty: 'qty' is a required property``).
-    Formats (date, date-time, email, uri) are enforced. At most `MAX_RESULT_ERRORS`
-    errors, each at most `MAX_MESSAGE_CHARS` long, in document order of the schema.
+    `problems` are values of the wrong type or shape, each ``<pointer>: <message>``
+    (``/total: 'abc' is not of type 'number'``), at most `MAX_RESULT_ERRORS`, each at most
+    `MAX_MESSAGE_CHARS` long. `missing` are the JSON pointers of the required values not
+    found (``/vendor/name``, ``/lines/0/qty``); a required object that is absent is named
+    itself, not its members. Both in the schema's order. With neither the result matches;
+    with only `missing` it is incomplete, a job for a person to finish.
+    """
+
+    problems: list[str]
+    missing: list[str]
+
+
+def incomplete_fails(definition: dict[str, Any]) -> bool:
+    """Whether the definition opted into failing a result that lacks required values."""
+    return definition.get(INCOMPLETE_KEYWORD) == "fail"
+
+
+def check_result(definition: dict[str, Any], result: object) -> ResultCheck:
+    """Compare `result` with `definition` (which passed `check_definition`).
+
+    Formats (date, date-time, email, uri) are enforced. Once `MAX_RESULT_ERRORS` problems
+    are found the rest of the result is not looked at (`missing` may then be short). Never
+    raises.
     """
     from jsonschema import Draft202012Validator
 
     validator = Draft202012Validator(definition, format_checker=format_checker())
-    errors: dict[str, None] = {}
+    problems: dict[str, None] = {}
+    missing: dict[str, None] = {}
     for error in validator.iter_errors(result):
         path = tuple(error.absolute_path)
         if error.validator == "required" and isinstance(error.instance, dict):
+            # jsonschema does not look inside an absent value: a missing object's members
+            # are never reported besides it.
             for name in error.validator_value:
                 if name not in error.instance:
-                    errors.setdefault(f"{json_pointer((*path, name))}: {name!r} is a required property", None)
+                    missing.setdefault(json_pointer((*path, name)), None)
         else:
-            errors.setdefault(f"{json_pointer(path)}: {error.message}", None)
-        if len(errors) >= MAX_RESULT_ERRORS:
-            break
-    return [_cut(message) for message in list(errors)[:MAX_RESULT_ERRORS]]
+            problems.setdefault(_cut(f"{json_pointer(path)}: {error.message}"), None)
+            if len(problems) >= MAX_RESULT_ERRORS:
+                break  # invalid whatever else is wrong or missing: bound the work
+    return ResultCheck(problems=list(problems), missing=list(missing))
 
 
 def _cut(message: str) -> str:

@@ -159,6 +159,8 @@ jobs = sa.Table(
     sa.Column("result", sa.JSON),
     sa.Column("original_result", sa.JSON),
     sa.Column("result_meta", sa.JSON),
+    # resultMeta.complete, where GET /api/jobs?complete= can filter on it (NULL until COMPLETED).
+    sa.Column("result_complete", sa.Boolean),
     sa.Column("error_message", sa.Text),
     sa.Column("error_code", sa.String(40)),
     sa.Column("created_at", UTCDateTime, nullable=False),

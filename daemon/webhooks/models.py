@@ -88,6 +88,7 @@ def _job(status: str, *, result: bool = False, **changes: Any) -> dict[str, Any]
                 "provider": "rules", "model": None, "durationMs": 412,
                 "fields": {"/invoiceNumber": {"confidence": 0.97, "page": 1, "text": "2026-001"},
                            "/total": {"confidence": 0.93, "page": 1, "text": "$1,234.56"}},
+                "complete": True, "missing": [],
             },
             "startedAt": "2026-01-15T09:30:00.120Z", "finishedAt": "2026-01-15T09:30:00.540Z",
             "updatedAt": "2026-01-15T09:30:00.540Z",

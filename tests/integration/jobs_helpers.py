@@ -39,7 +39,11 @@ INVOICE_SCHEMA: dict[str, Any] = {
 }
 INVOICE_TXT = b"Invoice Number: INV-42\nTotal: 12.50\n"
 INVOICE_RESULT = {"invoice_number": "INV-42", "total": 12.5}
-# A schema whose required field the document does not have: the result cannot validate.
+# The resultMeta a worker records with a complete result, for tests that complete jobs by hand.
+RESULT_META: dict[str, Any] = {"provider": "rules", "model": None, "durationMs": 1.0, "fields": {}, "complete": True,
+                               "missing": []}
+# A schema whose required field INVOICE_TXT does not have: the job completes with
+# resultMeta.complete false (SPEC §7); with FAIL_SCHEMA's opt-in it fails RESULT_INVALID.
 STRICT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -48,6 +52,7 @@ STRICT_SCHEMA: dict[str, Any] = {
     },
     "required": ["iban"],
 }
+FAIL_SCHEMA: dict[str, Any] = {**STRICT_SCHEMA, "x-docex-incomplete": "fail"}
 
 PDF_BYTES = (
     b"%PDF-1.4\n1 0 obj<</Type/Catalog/Pages 2 0 R>>endobj\n"

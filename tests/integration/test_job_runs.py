@@ -10,12 +10,13 @@ from typing import Any
 
 from jobs_helpers import (
     COUNT_KEYS,
+    FAIL_SCHEMA,
     GARBAGE,
     INVOICE_RESULT,
     INVOICE_TXT,
     JOB_KEYS,
+    RESULT_META,
     RUN_KEYS,
-    STRICT_SCHEMA,
     bad_request,
     blob_files,
     count_jobs,
@@ -168,7 +169,7 @@ async def test_a_run_completes_when_all_its_jobs_do(client: Any, services: Any, 
 
 async def test_a_run_with_a_failed_job_fails_and_restarting_it_reopens_the_run(
         client: Any, services: Any, alice: dict[str, str]) -> None:
-    strict = await create_schema(client, alice, STRICT_SCHEMA, name="Strict")
+    strict = await create_schema(client, alice, FAIL_SCHEMA, name="Strict")
     files = [("good.txt", b"Invoice Number: INV-1\nIBAN: DE89370400440532013000\n"), ("bad.txt", INVOICE_TXT)]
     run = await create_run(client, alice, strict, files)
     bad = next(job for job in run["jobs"] if job["fileName"] == "bad.txt")
@@ -220,7 +221,7 @@ async def test_deleting_the_last_unfinished_job_of_a_run_ends_the_run(
     run = await create_run(client, alice, schema_id, FILES[:2])
     claimed = await services.db.run(repo.claim_next, owner="w", now=utcnow(), lease_s=60)
     await services.db.run(repo.complete_job, job_id=claimed.id, owner="w", result=INVOICE_RESULT,
-                          meta={"provider": "rules"}, page_count=1, now=utcnow())
+                          meta=RESULT_META, page_count=1, now=utcnow())
     other = next(job for job in run["jobs"] if job["id"] != claimed.id)
     assert (await client.delete(f"/api/jobs/{other['id']}", headers=alice)).status_code == 204
     after = await get_run(client, alice, run["id"])
@@ -275,7 +276,7 @@ async def test_a_cancelled_run_stays_running_until_its_running_job_ends_then_is_
     assert again["status"] == "RUNNING" and again["counts"] == counts(running=1, cancelled=1)
 
     await services.db.run(repo.complete_job, job_id=claimed.id, owner="w", result=INVOICE_RESULT,
-                          meta={"provider": "rules"}, page_count=1, now=utcnow())
+                          meta=RESULT_META, page_count=1, now=utcnow())
     after = await get_run(client, alice, run["id"])
     assert after["status"] == "CANCELLED" and after["counts"] == counts(completed=1, cancelled=1)
     assert after["finishedAt"] is not None
@@ -309,7 +310,7 @@ async def test_a_finished_run_cannot_be_cancelled(client: Any, services: Any, al
     run = await create_run(client, alice, schema_id, FILES[:1])
     claimed = await services.db.run(repo.claim_next, owner="w", now=utcnow(), lease_s=60)
     await services.db.run(repo.complete_job, job_id=claimed.id, owner="w", result=INVOICE_RESULT,
-                          meta={"provider": "rules"}, page_count=1, now=utcnow())
+                          meta=RESULT_META, page_count=1, now=utcnow())
     assert (await get_run(client, alice, run["id"]))["status"] == "COMPLETED"
     await error_of(await client.post(f"/api/job-runs/{run['id']}/cancel", headers=alice), 409)
     assert (await get_run(client, alice, run["id"]))["status"] == "COMPLETED"

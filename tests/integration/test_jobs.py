@@ -17,12 +17,14 @@ import trio
 import trio.testing
 from jobs_helpers import (
     CSV_BYTES,
+    FAIL_SCHEMA,
     GARBAGE,
     HTML_BYTES,
     INVOICE_RESULT,
     INVOICE_TXT,
     JOB_KEYS,
     PDF_BYTES,
+    RESULT_META,
     STRICT_SCHEMA,
     bad_request,
     blob_files,
@@ -271,14 +273,23 @@ async def test_shutdown_gives_a_running_job_back_to_the_queue(
 
 # --- failure, restart, cancel ---------------------------------------------------------
 
-async def test_a_result_that_does_not_validate_fails_the_job_and_restart_queues_it_again(
+async def test_a_result_lacking_a_required_value_fails_only_if_the_schema_says_so_and_restart_queues_it_again(
         client: Any, services: Any, alice: dict[str, str]) -> None:
-    strict = await create_schema(client, alice, STRICT_SCHEMA, name="Strict")
+    # By default the job completes with what was found, marked incomplete (SPEC §7).
+    lenient = await create_schema(client, alice, STRICT_SCHEMA, name="Lenient")
+    job = await create_job(client, alice, lenient)
+    async with running_workers(services):
+        done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED")
+    assert done["status"] == "COMPLETED" and done["errorCode"] is None, done
+    assert done["result"] == {"invoice_number": "INV-42"}
+    assert done["resultMeta"]["complete"] is False and done["resultMeta"]["missing"] == ["/iban"]
+
+    strict = await create_schema(client, alice, FAIL_SCHEMA, name="Strict")
     job = await create_job(client, alice, strict)
     async with running_workers(services):
         failed = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED")
     assert failed["status"] == "FAILED" and failed["errorCode"] == "RESULT_INVALID", failed
-    assert failed["errorMessage"] and "iban" in failed["errorMessage"]
+    assert failed["errorMessage"] and "/iban" in failed["errorMessage"]
     assert failed["result"] is None
     assert failed["attempts"] == 1  # a permanent error is not retried
     assert failed["finishedAt"] is not None
@@ -400,7 +411,7 @@ async def test_delete_removes_the_job_and_its_file_but_not_while_running(
     assert (await client.get(f"/api/jobs/{first['id']}", headers=alice)).status_code == 200
 
     await services.db.run(repo.complete_job, job_id=first["id"], owner="test-worker", result=INVOICE_RESULT,
-                          meta={"provider": "rules"}, page_count=1, now=utcnow())
+                          meta=RESULT_META, page_count=1, now=utcnow())
     second = await create_job(client, alice, schema_id, b"Invoice Number: INV-7\n", "other.txt")
     assert len(blob_files(services)) == 2
 
@@ -534,7 +545,7 @@ async def test_the_reaper_requeues_a_job_whose_worker_died(
     assert row.attempts == 1
     # The dead worker's late answer is not recorded: the job is no longer its.
     assert await services.db.run(repo.complete_job, job_id=job["id"], owner="dead-worker", result=INVOICE_RESULT,
-                                 meta={}, page_count=1, now=utcnow()) is None
+                                 meta=RESULT_META, page_count=1, now=utcnow()) is None
     assert not await services.db.run(repo.renew_lease, job_id=job["id"], owner="dead-worker", now=utcnow(),
                                      lease_s=60)
     assert (await job_row(services, job["id"])).status == "QUEUED"

@@ -26,6 +26,7 @@ from webhook_receiver import Received, Receiver, Reply, open_receiver
 
 from daemon.clock import utcnow
 from daemon.config import Config
+from daemon.jobs.models import completeness
 from daemon.services import Services
 from daemon.storage.outbox import record_event
 from daemon.storage.repos import jobs as jobs_repo
@@ -128,16 +129,16 @@ async def test_each_job_and_job_run_event_is_delivered_and_verifies_with_stripe(
             file = NewJob(file_name="a.txt", file_size=3, mime_type="text/plain", sha256="0" * 64, blob_key="k")
             jobs_repo.create_run(conn, user_id=uid, schema_id=schema["id"], items=[file, file], now=now)
             first = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
-            jobs_repo.complete_job(conn, job_id=first.id, owner="w", result={"total": 1.0}, meta={},
-                                   page_count=1, now=now)
-            jobs_repo.patch_result(conn, uid, first.id, {"total": 2.0}, now)
+            jobs_repo.complete_job(conn, job_id=first.id, owner="w", result={"total": 1.0},
+                                   meta=completeness([]), page_count=1, now=now)
+            jobs_repo.patch_result(conn, uid, first.id, {"total": 2.0}, [], now)
             second = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
             jobs_repo.fail_job(conn, job_id=second.id, owner="w", code="CORRUPTED_FILE", message="bad",
                                now=now, retry_at=None)
             jobs_repo.create_run(conn, user_id=uid, schema_id=schema["id"], items=[file], now=now)
             third = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
-            jobs_repo.complete_job(conn, job_id=third.id, owner="w", result={"total": 3.0}, meta={},
-                                   page_count=1, now=now)
+            jobs_repo.complete_job(conn, job_id=third.id, owner="w", result={"total": 3.0},
+                                   meta=completeness([]), page_count=1, now=now)
             lone = jobs_repo.create_job(conn, user_id=uid, schema_id=schema["id"], new=file, now=now)
             jobs_repo.cancel_job(conn, uid, lone.id, now)
 

@@ -7,7 +7,7 @@ Transitions follow the seed's table (SPEC §6, §8):
     PENDING  → QUEUED    (file fetched)    attempts back to 0 (job.queued was sent at creation)
     PENDING  → FAILED    (fetch failed)    job.failed
     QUEUED   → RUNNING   (claim)           job.started
-    RUNNING  → COMPLETED                   job.completed
+    RUNNING  → COMPLETED                   job.completed (its result complete or not, SPEC §7)
     RUNNING  → QUEUED    (retryable error, lease expiry, shutdown release)
     RUNNING  → FAILED    (last attempt)    job.failed
     PENDING | QUEUED → CANCELLED           job.cancelled
@@ -39,7 +39,7 @@ from sqlalchemy.engine import Connection
 from daemon.clock import utcnow
 from daemon.errors import Missing
 from daemon.jobs import transitions
-from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, count_key
+from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, completeness, count_key
 from daemon.jobs.records import Job, JobRun, job_json, run_json
 from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
@@ -137,6 +137,7 @@ class JobFilter:
     job_run_id: str | None = None
     created_after: dt.datetime | None = None
     created_before: dt.datetime | None = None
+    complete: bool | None = None  # COMPLETED jobs whose result has (True) or lacks (False) every required value
 
 
 def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None) -> list[Job]:
@@ -151,6 +152,8 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
         query = query.where(jobs.c.created_at > where.created_after)
     if where.created_before:
         query = query.where(jobs.c.created_at < where.created_before)
+    if where.complete is not None:
+        query = query.where(jobs.c.result_complete == where.complete)
     if cursor:
         query = query.where(jobs.c.id < cursor)
     return [Job.from_row(row) for row in conn.execute(query)]
@@ -207,13 +210,17 @@ def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -
     return job
 
 
-def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, Any], now: dt.datetime) -> Job:
-    """Replace a COMPLETED job's result (validated by the caller); the extracted one is kept.
-    Raises Missing, InvalidTransition."""
+def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, Any], missing: list[str],
+                 now: dt.datetime) -> Job:
+    """Replace a COMPLETED job's result (validated by the caller, which found the required
+    values it still lacks: `missing`); the extracted one is kept. Raises Missing,
+    InvalidTransition."""
     job = _owned(conn, user_id, job_id)
     transitions.check_patch_result(job)
     original = job.original_result if job.original_result is not None else job.result
-    job = _update(conn, job_id, now, result=result, original_result=original)
+    meta = {**(job.result_meta or {}), **completeness(missing)}
+    job = _update(conn, job_id, now, result=result, original_result=original, result_meta=meta,
+                  result_complete=meta["complete"])
     _event(conn, "job.updated", job, now, with_result=True)
     return job
 
@@ -360,7 +367,8 @@ def complete_job(
     page_count: int | None,
     now: dt.datetime,
 ) -> Job | None:
-    """RUNNING → COMPLETED, if we still hold the lease (else None: someone else has it now)."""
+    """RUNNING → COMPLETED, if we still hold the lease (else None: someone else has it now).
+    `meta` is the whole resultMeta, its `complete` and `missing` included."""
     done = conn.execute(
         jobs.update()
         .where(_held(owner, job_id))
@@ -368,6 +376,7 @@ def complete_job(
             status=JobStatus.COMPLETED,
             result=result,
             result_meta=meta,
+            result_complete=meta["complete"],
             page_count=page_count,
             error_code=None,
             error_message=None,

@@ -34,6 +34,7 @@ def test_extract_prints_result_and_meta(make_doc: Callable[..., Path], tmp_path:
     body = json.loads(run.stdout)
     assert body["result"] == INVOICE
     assert body["resultMeta"]["provider"] == "rules"
+    assert body["resultMeta"]["complete"] is True and body["resultMeta"]["missing"] == []
     assert body["resultMeta"]["fields"]["/invoice_number"]["text"] == "INV-2024-0042"
 
 
@@ -51,14 +52,22 @@ def test_extract_errors_are_json_with_a_non_zero_exit(tmp_path: Path) -> None:
     assert json.loads(run.stdout) == {"errorCode": "UNSUPPORTED_FILE", "errorMessage": "Unsupported file type"}
 
 
-def test_a_result_that_misses_a_required_field_is_result_invalid(tmp_path: Path) -> None:
+def test_a_result_that_misses_a_required_field_is_printed_incomplete(tmp_path: Path) -> None:
     text = tmp_path / "note.txt"
     text.write_text("Just a note without any invoice data in it.\nNothing else.\n")
     run = docex(str(text), "--schema", schema_file(tmp_path))
+    assert run.returncode == 0, run.stdout
+    body = json.loads(run.stdout)
+    assert "date" not in body["result"] and "total" not in body["result"]
+    assert body["resultMeta"]["complete"] is False
+    assert body["resultMeta"]["missing"] == ["/date", "/total"]
+
+    # A schema that opts into failing makes it RESULT_INVALID, naming what is missing.
+    run = docex(str(text), "--schema", schema_file(tmp_path, {**SCHEMA, "x-docex-incomplete": "fail"}))
     assert run.returncode == 1
     body = json.loads(run.stdout)
     assert body["errorCode"] == "RESULT_INVALID"
-    assert body["details"]
+    assert "/date" in body["errorMessage"] and "/total" in body["errorMessage"]
 
 
 def test_the_provider_flag_and_configuration_reach_the_pipeline(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ import pytest
 from daemon.schemas.definition import (
     DIALECT,
     MAX_RESULT_ERRORS,
+    ResultCheck,
     check_definition,
+    check_result,
     format_checker,
-    validate_result,
+    incomplete_fails,
 )
 
 INVOICE: dict[str, Any] = {
@@ -96,7 +98,11 @@ def test_a_full_invoice_schema_is_valid() -> None:
      "type, title, description, format, enum, properties, required, items"),
     (schema({"a": {"type": "string"}}, additionalProperties=False),
      "definition.additionalProperties is not supported: the root of a schema may only use "
-     "$schema, type, title, description, properties, required, x-docex-provider"),
+     "$schema, type, title, description, properties, required, x-docex-provider, x-docex-incomplete"),
+    (schema({"a": {"type": "string"}}, **{"x-docex-incomplete": "partial"}),
+     'definition["x-docex-incomplete"] must be one of complete, fail'),
+    (schema({"a": {"type": "string"}}, **{"x-docex-incomplete": True}),
+     'definition["x-docex-incomplete"] must be one of complete, fail'),
     (schema({"a": {"type": "string"}}, **{"$schema": "http://json-schema.org/draft-07/schema#"}),
      "definition.$schema must be https://json-schema.org/draft/2020-12/schema"),
     (schema({"a": True}), "definition.properties.a must be an object"),
@@ -187,32 +193,61 @@ def test_the_root_name_can_be_chosen() -> None:
     ]
 
 
-# --- validate_result -----------------------------------------------------------------
+# --- check_result --------------------------------------------------------------------
 
 def test_a_valid_result_with_nested_line_items_has_no_errors() -> None:
-    assert validate_result(INVOICE, VALID_INVOICE) == []
-    assert validate_result(INVOICE, {"invoiceNumber": "1", "total": 0}) == []
+    assert check_result(INVOICE, VALID_INVOICE) == ResultCheck(problems=[], missing=[])
+    assert check_result(INVOICE, {"invoiceNumber": "1", "total": 0}) == ResultCheck(problems=[], missing=[])
 
 
 def test_wrong_types_are_reported_with_the_pointer_of_the_value() -> None:
-    errors = validate_result(INVOICE, VALID_INVOICE | {"total": "abc", "paid": "no"})
-    assert errors == ["/total: 'abc' is not of type 'number'", "/paid: 'no' is not of type 'boolean'"]
+    check = check_result(INVOICE, VALID_INVOICE | {"total": "abc", "paid": "no"})
+    assert check.problems == ["/total: 'abc' is not of type 'number'", "/paid: 'no' is not of type 'boolean'"]
+    assert check.missing == []
 
 
-def test_missing_required_properties_are_named_by_their_pointer() -> None:
+def test_missing_required_values_are_not_problems_but_named_by_their_pointer() -> None:
     result = VALID_INVOICE | {"lines": [{"sku": "A"}, {"qty": 1}], "buyer": {}}
     del result["total"]
-    assert validate_result(INVOICE, result) == [
-        "/buyer/name: 'name' is a required property",
-        "/lines/0/qty: 'qty' is a required property",
-        "/lines/1/sku: 'sku' is a required property",
-        "/total: 'total' is a required property",
-    ]
+    assert check_result(INVOICE, result) == ResultCheck(
+        problems=[], missing=["/buyer/name", "/lines/0/qty", "/lines/1/sku", "/total"])
+
+
+def test_a_missing_required_object_is_named_without_its_members() -> None:
+    definition = schema({"vendor": {"type": "object", "properties": {"name": {"type": "string"},
+                                                                      "vat": {"type": "string"}},
+                                    "required": ["name", "vat"]}}, required=["vendor"])
+    assert check_result(definition, {}).missing == ["/vendor"]
+    assert check_result(definition, {"vendor": {"vat": "DE1"}}).missing == ["/vendor/name"]
+
+
+def test_a_wrong_value_beside_a_missing_one_is_a_problem_and_both_are_reported() -> None:
+    result = {k: v for k, v in VALID_INVOICE.items() if k != "invoiceNumber"} | {"total": "abc"}
+    check = check_result(INVOICE, result)
+    assert check.problems == ["/total: 'abc' is not of type 'number'"]
+    assert check.missing == ["/invoiceNumber"]
+
+
+def test_a_null_is_a_wrong_value_not_a_missing_one() -> None:
+    check = check_result(INVOICE, VALID_INVOICE | {"total": None})
+    assert check.problems == ["/total: None is not of type 'number'"] and check.missing == []
+
+
+def test_pointers_escape_slashes_and_tildes_in_names() -> None:
+    definition = schema({"a/b": {"type": "string"}, "c~d": {"type": "string"}}, required=["a/b", "c~d"])
+    assert check_result(definition, {}).missing == ["/a~1b", "/c~0d"]
+
+
+@pytest.mark.parametrize(("policy", "fails"), [(None, False), ("complete", False), ("fail", True)])
+def test_a_schema_may_opt_into_failing_incomplete_results(policy: str | None, fails: bool) -> None:
+    definition = INVOICE if policy is None else {**INVOICE, "x-docex-incomplete": policy}
+    assert check_definition(definition) == []
+    assert incomplete_fails(definition) is fails
 
 
 def test_enum_and_nested_types_are_enforced() -> None:
-    errors = validate_result(INVOICE, VALID_INVOICE | {"currency": "GBP", "tags": ["c"],
-                                                        "lines": [{"sku": "A", "qty": 1.5}]})
+    errors = check_result(INVOICE, VALID_INVOICE | {"currency": "GBP", "tags": ["c"],
+                                                     "lines": [{"sku": "A", "qty": 1.5}]}).problems
     assert sorted(errors) == sorted([
         "/currency: 'GBP' is not one of ['EUR', 'USD']",
         "/tags/0: 'c' is not one of ['a', 'b']",
@@ -221,7 +256,7 @@ def test_enum_and_nested_types_are_enforced() -> None:
 
 
 def test_a_result_that_is_not_an_object_is_reported_at_the_root() -> None:
-    assert validate_result(INVOICE, [1, 2]) == ["/: [1, 2] is not of type 'object'"]
+    assert check_result(INVOICE, [1, 2]) == ResultCheck(problems=["/: [1, 2] is not of type 'object'"], missing=[])
 
 
 @pytest.mark.parametrize(("key", "value", "fmt"), [
@@ -238,7 +273,7 @@ def test_a_result_that_is_not_an_object_is_reported_at_the_root() -> None:
     ("website", "https://acme.com/a b", "uri"),
 ])
 def test_formats_are_enforced(key: str, value: str, fmt: str) -> None:
-    assert validate_result(INVOICE, VALID_INVOICE | {key: value}) == [f"/{key}: {value!r} is not a {fmt!r}"]
+    assert check_result(INVOICE, VALID_INVOICE | {key: value}).problems == [f"/{key}: {value!r} is not a {fmt!r}"]
 
 
 @pytest.mark.parametrize(("fmt", "value"), [
@@ -264,6 +299,6 @@ def test_date_time_and_uri_are_checked_without_optional_packages() -> None:
 
 def test_errors_are_capped_and_cut_short() -> None:
     definition = schema({"lines": {"type": "array", "items": {"type": "integer"}}})
-    errors = validate_result(definition, {"lines": ["x" * 1000] * 500})
+    errors = check_result(definition, {"lines": ["x" * 1000] * 500}).problems
     assert len(errors) == MAX_RESULT_ERRORS
     assert all(len(e) <= 300 for e in errors) and errors[0].startswith("/lines/0: 'xxx")
