@@ -333,8 +333,8 @@ class ResultCheck:
     (``/total: 'abc' is not of type 'number'``), at most `MAX_RESULT_ERRORS`, each at most
     `MAX_MESSAGE_CHARS` long. `missing` are the JSON pointers of the required values not
     found (``/vendor/name``, ``/lines/0/qty``); a required object that is absent is named
-    itself, not its members. Both in the schema's order. With neither the result matches;
-    with only `missing` it is incomplete, a job for a person to finish.
+    itself, not its members. With neither the result matches; with only `missing` it is
+    incomplete, a job for a person to finish.
     """
 
     problems: list[str]
