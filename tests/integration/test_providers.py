@@ -194,6 +194,9 @@ async def test_openai_structured_output_request_and_result(server: FakeServer, c
     assert strict["schema"]["additionalProperties"] is False
     assert set(strict["schema"]["required"]) == set(SCHEMA["properties"])
     assert strict["schema"]["properties"]["date"]["type"] == ["string", "null"]
+    # A required value may be null too: a model that must answer invents what the document lacks.
+    assert strict["schema"]["properties"]["total"]["type"] == ["number", "null"]
+    assert strict["schema"]["properties"]["items"]["items"]["properties"]["amount"]["type"] == ["number", "null"]
     assert "INV-7" in body["messages"][-1]["content"]
     assert "--- page 1 ---" in body["messages"][-1]["content"]
 
@@ -411,6 +414,96 @@ async def test_an_unknown_provider_is_refused(tmp_path: Path) -> None:
     assert caught.value.code == "AI_PROVIDER_ERROR"
 
 
+# --- incomplete and invalid answers (SPEC §7) --------------------------------------------------
+
+NESTED: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "invoice_number": {"type": "string"},
+        "total": {"type": "number"},
+        "vendor": {"type": "object", "properties": {"name": {"type": "string"}, "address": {"type": "string"}},
+                   "required": ["name", "address"]},
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "description": {"type": "string"}, "amount": {"type": "number"}}, "required": ["description", "amount"]}},
+    },
+    "required": ["invoice_number", "total", "vendor", "items"],
+}
+# What a model found: no total (null), no vendor address, the second row without its amount.
+LACKING = {"invoice_number": "INV-7", "total": None, "vendor": {"name": "ACME Ltd"},
+           "items": [{"description": "Widget", "amount": 10.0}, {"description": "Gadget"}]}
+
+
+def answer(provider: str, result: dict[str, Any]) -> Reply:
+    return Reply(body=chat(json.dumps(result)) if provider == "openai" else tool_use(result))
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_answer_lacking_required_values_is_incomplete_not_invalid(
+        server: FakeServer, tmp_path: Path, provider: str) -> None:
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    server.replies.append(answer(provider, LACKING))
+    extraction = await extract(path, filetypes.TXT, {**NESTED, "x-docex-provider": provider}, config_for(server))
+    assert extraction.result == {"invoice_number": "INV-7", "vendor": {"name": "ACME Ltd"},
+                                 "items": [{"description": "Widget", "amount": 10.0}, {"description": "Gadget"}]}
+    assert extraction.meta["complete"] is False
+    assert extraction.meta["missing"] == ["/vendor/address", "/items/1/amount", "/total"]
+    assert len(server.requests) == 1
+
+    server.replies.append(answer(provider, LACKING))
+    with pytest.raises(PermanentJobError) as caught:
+        await extract(path, filetypes.TXT, {**NESTED, "x-docex-provider": provider, "x-docex-incomplete": "fail"},
+                      config_for(server))
+    assert caught.value.code == "RESULT_INVALID"
+    assert caught.value.message == ("Result does not match the schema: required values not found: "
+                                    "/vendor/address, /items/1/amount, /total")
+
+
+async def test_json_mode_asks_again_for_wrong_values_never_for_missing_ones(
+        server: FakeServer, tmp_path: Path) -> None:
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    refusal = Reply(400, {"error": {"message": "response_format json_schema is not supported"}})
+    definition = {**NESTED, "x-docex-provider": "openai"}
+    # Only values missing: no corrective turn (it would invite invented ones); the job needs a person.
+    server.replies += [refusal, answer("openai", LACKING)]
+    extraction = await extract(path, filetypes.TXT, definition, config_for(server))
+    assert extraction.meta["missing"] == ["/vendor/address", "/items/1/amount", "/total"]
+    assert extraction.meta["usage"]["requests"] == 1 and len(server.requests) == 2
+
+    # A date that is no date is wrong: the model is told so, and its correction is kept.
+    dated = {**NESTED, "properties": {**NESTED["properties"], "date": {"type": "string", "format": "date"}}}
+    server.replies += [answer("openai", {**ANSWER, "vendor": {"name": "ACME", "address": "1 Main St"},
+                                         "date": "12/03/2024"}),
+                       answer("openai", {**ANSWER, "vendor": {"name": "ACME", "address": "1 Main St"},
+                                         "date": "2024-03-12"})]
+    extraction = await extract(path, filetypes.TXT, {**dated, "x-docex-provider": "openai"}, config_for(server))
+    assert extraction.result["date"] == "2024-03-12" and extraction.meta["complete"] is True
+    assert "/date: '12/03/2024' is not a 'date'" in server.requests[-1].body["messages"][-1]["content"]
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_wrong_value_is_result_invalid_even_beside_missing_ones(
+        server: FakeServer, tmp_path: Path, provider: str) -> None:
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    wrong = {**LACKING, "total": "a lot"}
+
+    def respond(request: Recorded) -> Reply:
+        # openai: a server without json_schema, so JSON mode, whose corrective turn gets the same answer.
+        if (request.body.get("response_format") or {}).get("type") == "json_schema":
+            return Reply(400, {"error": {"message": "response_format json_schema is not supported"}})
+        return answer(provider, wrong)
+
+    server.respond = respond
+    with pytest.raises(PermanentJobError) as caught:
+        await extract(path, filetypes.TXT, {**NESTED, "x-docex-provider": provider}, config_for(server))
+    assert caught.value.code == "RESULT_INVALID"
+    assert caught.value.message == ("Result does not match the schema: /total: 'a lot' is not of type 'number'; "
+                                    "required values not found: /vendor/address, /items/1/amount")
+    assert len(server.requests) == (3 if provider == "openai" else 1)
+
+
 # --- the worker pool ------------------------------------------------------------------------
 
 async def test_the_worker_pool_sends_its_jobs_over_one_connection(server: FakeServer, services: Services,
@@ -431,3 +524,35 @@ async def test_the_worker_pool_sends_its_jobs_over_one_connection(server: FakeSe
     assert len(server.requests) == 3
     # One client for the process: its keep-alive connection carries every job's request.
     assert server.connections == 1
+
+
+async def test_through_the_pool_a_lacking_answer_completes_and_a_wrong_one_fails(
+        server: FakeServer, services: Services, app: Any) -> None:
+    from jobs_helpers import (
+        INVOICE_TXT,
+        create_job,
+        create_schema,
+        events_of,
+        register,
+        running_workers,
+        wait_for_status,
+    )
+
+    services.apply_config(dataclasses.replace(services.config, anthropic=anthropic_config(server)))
+    server.respond = lambda request: Reply(body=tool_use(
+        LACKING if "INV-42" in request.body["messages"][0]["content"] else {**ANSWER, "total": "twelve"}))
+    api = app.test_client()
+    alice = await register(api)
+    schema_id = await create_schema(api, alice, {**NESTED, "x-docex-provider": "anthropic"})
+    async with running_workers(services, workers=1):
+        lacking = await create_job(api, alice, schema_id, INVOICE_TXT)
+        wrong = await create_job(api, alice, schema_id, TEXT.encode())
+        done = await wait_for_status(api, alice, lacking["id"], "COMPLETED", "FAILED")
+        failed = await wait_for_status(api, alice, wrong["id"], "COMPLETED", "FAILED")
+    assert done["status"] == "COMPLETED", done
+    assert done["resultMeta"]["provider"] == "anthropic" and done["resultMeta"]["complete"] is False
+    assert done["resultMeta"]["missing"] == ["/vendor/address", "/items/1/amount", "/total"]
+    assert failed["status"] == "FAILED" and failed["errorCode"] == "RESULT_INVALID", failed
+    assert failed["errorMessage"].startswith("Result does not match the schema: /total: 'twelve' is not of type")
+    assert failed["attempts"] == 1  # not retried: asking again gives the same answer
+    assert [row.type for row in await events_of(services, job_id=wrong["id"])][-1] == "job.failed"

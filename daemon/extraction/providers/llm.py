@@ -119,16 +119,17 @@ def drop_nulls(value: Any) -> Any:
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The schema as OpenAI's strict structured output wants it: every object
-    closed (``additionalProperties: false``) with all its properties required,
-    optional ones made nullable; keywords it does not support dropped."""
+    closed (``additionalProperties: false``) with all its properties required
+    and nullable; keywords it does not support dropped.
+
+    Nullable even where the schema requires a value: strict output must fill
+    every property, and a model that may not answer null for a value the
+    document lacks invents one. A null is dropped (`drop_nulls`), and a
+    required value left out makes the result incomplete (SPEC §7)."""
     node = {k: v for k, v in schema.items() if k not in ("$schema", "format", "title")}
     kind = node.get("type")
     if kind == "object" or "properties" in node:
-        properties = {name: strict_schema(sub) for name, sub in (node.get("properties") or {}).items()}
-        required = set(node.get("required") or [])
-        for name, sub in properties.items():
-            if name not in required:
-                properties[name] = _nullable(sub)
+        properties = {name: _nullable(strict_schema(sub)) for name, sub in (node.get("properties") or {}).items()}
         node["properties"] = properties
         node["required"] = list(properties)
         node["additionalProperties"] = False

@@ -4,9 +4,11 @@
 Structured output first (``response_format: json_schema``, strict); a server
 that refuses that parameter is asked again in JSON mode
 (``response_format: json_object``) with the schema in the prompt, and the
-answer is validated against the schema, with one corrective turn when it
-does not match. Which servers lack json_schema is remembered per base URL
-for the life of the process.
+answer is validated against the schema, with one corrective turn when a
+value has the wrong type or shape. A required value the model did not find
+is not asked for again (that invites an invented one): the result is then
+incomplete, for a person to finish (SPEC §7). Which servers lack json_schema
+is remembered per base URL for the life of the process.
 
 The API key goes only into the Authorization header; it is never logged and
 is scrubbed from any error message a server echoes back.
@@ -19,7 +21,6 @@ import json
 from typing import Any
 
 import httpx
-from jsonschema import Draft202012Validator
 
 from daemon.config import OpenAIConfig
 from daemon.errors import PermanentJobError
@@ -35,6 +36,7 @@ from daemon.extraction.providers.llm import (
     strict_schema,
     transport_error,
 )
+from daemon.schemas.definition import check_result
 
 # Base URLs whose servers refused response_format json_schema.
 _NO_JSON_SCHEMA: set[str] = set()
@@ -78,7 +80,7 @@ class OpenAIProvider:
         usages = [_usage(data)]
         answer = _content(data)
         result = drop_nulls(parse_json_answer(answer))
-        problems = [e.message for e in Draft202012Validator(definition).iter_errors(result)][:20]
+        problems = check_result(definition, result).problems[:20]
         if problems:
             # One corrective turn: the model sees what did not match.
             messages += [{"role": "assistant", "content": answer},
