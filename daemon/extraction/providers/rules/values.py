@@ -248,7 +248,8 @@ _AMOUNT = re.compile(
     r"(?:(?<![^\W\d_])(?P<pre>" + _CURRENCY_WORD + r")\s{0,2})?"
     r"(?P<neg>[-−–]\s?|\()?"
     r"(?:(?P<pre2>[$€£¥₹])\s?)?"
-    r"(?<![\w.,/:])"
+    # A number glued to a word ("RM51.30") is an amount only after a currency (`find_amounts` checks).
+    r"(?(pre)|(?<![\w.,/:]))"
     r"(?P<num>\d{1,3}(?:(?P<g>[,.'\u00a0\u202f])\d{3})(?:(?P=g)\d{3})*(?:[.,]\d{1,2})?"
     r"|\d{1,3}(?:\s\d{3})+,\d{1,2}"
     r"|\d+(?:[.,]\d{1,3})?)"
@@ -319,6 +320,8 @@ def find_amounts(text: str, decimal: str = ".") -> list[Found]:
             number = -number
         pre, pre2, post = match["pre"], match["pre2"], match["post"]
         before = CURRENCY_SIGNS.get(pre.lower()) if pre else None
+        if pre and not before and match.end("pre") == match.start("num"):
+            continue  # "SR100100000171", "No1": a code, not an amount
         after = CURRENCY_SIGNS.get(post.lower()) if post else None
         currency = before or (CURRENCY_SIGNS[pre2] if pre2 else None) or after
         if before:

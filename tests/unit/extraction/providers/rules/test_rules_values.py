@@ -87,6 +87,13 @@ def test_amounts_with_either_separator_and_currency(text: str, value: float, cur
     assert [(f.value, f.currency) for f in found] == [(value, currency)]
 
 
+def test_a_currency_glued_to_its_amount_is_read_and_a_code_glued_to_a_word_is_not() -> None:
+    assert [(f.value, f.currency) for f in find_amounts("Grand Total RM51.30")] == [(51.30, "MYR")]
+    assert [(f.value, f.currency) for f in find_amounts("Cash EUR20.00")] == [(20.00, "EUR")]
+    assert find_amounts("SR100100000171-Meat Dish") == []
+    assert find_amounts("No1, Jalan Besar") == []
+
+
 def test_a_lone_three_digit_group_follows_the_document_decimal_separator() -> None:
     assert parse_number("1,500", ".") == 1500
     assert parse_number("1,500", ",") == 1.5
