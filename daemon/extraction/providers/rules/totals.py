@@ -3,7 +3,8 @@ arithmetic a receipt prints around them.
 
 A receipt prints its total several times (the total, the rounded total, the
 amount tendered when no change is given) and lets it be computed (tendered
-minus change, total plus the rounding adjustment). OCR misreads a digit here
+minus change, total plus the rounding adjustment) and adds up to it (subtotal
+plus tax, the totals of two parts of the bill). OCR misreads a digit here
 and there, rarely the same way twice: the amount that most readings and
 computations agree on is the total. A total in a tax summary table ("GST
 SUMMARY", "VAT analysis") is that table's, not the document's. Without a
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from daemon.extraction.providers.rules.candidates import Candidate, choose, found_at
-from daemon.extraction.providers.rules.fields import FieldQuery
+from daemon.extraction.providers.rules.fields import FieldQuery, field_query
 from daemon.extraction.providers.rules.label_reader import LabelReader
 from daemon.extraction.providers.rules.labels import PAYMENT_CONCEPTS, concept_labels, word_set
 from daemon.extraction.providers.rules.layout import LineRef
@@ -30,6 +31,8 @@ TENDERED = FieldQuery("tendered", {"type": "number"}, concept_labels(PAYMENT_CON
                       ValueKind.AMOUNT)
 CHANGE = FieldQuery("change", {"type": "number"}, concept_labels(PAYMENT_CONCEPTS["change"]), "number", None,
                     ValueKind.AMOUNT)
+# The parts a total is the sum of, when each is printed above it with its own label.
+PARTS = (field_query("subtotal", {"type": "number"}), field_query("tax", {"type": "number"}))
 
 _SAME = 0.005
 # "Rounding adj. -0.02", "Round. Adj 0.01": the adjustment itself is a few cents.
@@ -118,6 +121,20 @@ class Totals:
         return out
 
     @cached_property
+    def parts(self) -> list[Candidate]:
+        """The amounts printed beside a subtotal or tax label, with cents (counts are not parts)."""
+        return [c for query in PARTS for c in self.reader.candidates(query)
+                if float(c.value) > 0 and _CENTS.search(c.text)]
+
+    def adds_up(self, candidate: Candidate, others: list[Candidate]) -> bool:
+        """Whether two amounts printed above the candidate, on two lines, add up to it."""
+        value = float(candidate.value)
+        above = [c for c in others + self.parts
+                 if c.ref.order < candidate.ref.order and 0 < float(c.value) < value and _CENTS.search(c.text)]
+        return any(a.ref is not b.ref and abs(float(a.value) + float(b.value) - value) < _SAME
+                   for i, a in enumerate(above) for b in above[i + 1 :])
+
+    @cached_property
     def writes_cents(self) -> bool:
         """Whether the document's amounts have two decimals (most do: cents, sen, pence)."""
         with_cents = without = 0
@@ -189,8 +206,8 @@ class Totals:
 
         Each candidate read beside a total label gains when another label reads the
         same amount, when its label says it is rounded (the last amount of a
-        receipt that rounds), and when a total above it plus the printed rounding
-        adjustment makes it.
+        receipt that rounds), when a total above it plus the printed rounding
+        adjustment makes it, and when two amounts above it add up to it.
         """
         if not candidates or not self.layout.ocr:
             return candidates
@@ -209,6 +226,9 @@ class Totals:
             if any(abs(abs(float(o.value) - value) - abs(r)) < _SAME
                    for o in others if o.ref.order < candidate.ref.order for r in adjustments):
                 bonus += 0.3
+            # Subtotal and tax, or the totals of two parts of the bill, add up to the total.
+            if self.adds_up(candidate, others):
+                bonus += 0.2
             # Tendered and change are printed right under the total.
             if any(0 < order - candidate.ref.order <= 3 for order in payments):
                 bonus += 0.15

@@ -70,3 +70,15 @@ def test_without_a_label_the_largest_amount_with_a_currency_stands_in() -> None:
     facts = totals("ITEM A  RM 4.50", "ITEM B  RM 12.00", "12/03/2018", "REG 123456789")
     found = facts.largest_amount(TOTAL)
     assert found is not None and found.value == 12.0 and found.score == 0.3
+
+
+def test_the_total_the_parts_above_it_add_up_to_wins_over_a_part_printed_twice() -> None:
+    # Two totals of parts of the bill (one repeated under the other), then what they add up to.
+    facts = totals("Total exempt:  14.35", "Total taxable:  27.09", "Total exempt:  14.35", "Total Payable:  41.44")
+    scores = dict(checked(facts))
+    assert max(scores, key=lambda value: scores[value]) == 41.44
+    # Subtotal plus tax make the total.
+    facts = totals("Sub Total  20.00", "Service Tax  1.20", "Total  21.20")
+    assert facts.adds_up(facts.reader.candidates(TOTAL)[0], [])
+    alone = totals("Sub Total  20.00", "Total  21.20")
+    assert not alone.adds_up(alone.reader.candidates(TOTAL)[0], [])
