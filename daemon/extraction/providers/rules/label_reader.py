@@ -125,11 +125,13 @@ class LabelReader:
         cell = ref.cell_at(start)
         _, cell_end = ref.cell_span(cell)
         cells = len(ref.line.words)
-        # The rest of the label's cell, then the following cells (within reach).
+        # The rest of the label's cell, then the following cells (within reach), each with
+        # the space before it: a value may need to be seen starting a word (" .02").
         segments: list[tuple[int, int]] = [(end, max(end, min(cell_end, end + _CELL_REACH)))]
         first = ref.cell_at(end) + 1 if end < cell_end else cell + 1
         for index in range(first, min(cells, first + _CELLS_RIGHT)):
-            segments.append(ref.cell_span(index))
+            s, e = ref.cell_span(index)
+            segments.append((s - 1, e))
         if kind.numeric:
             return self._amount_right(query, ref, start, end, segments, weight)
         for number, (s, e) in enumerate(segments[:3]):

@@ -39,7 +39,7 @@ _SAME = 0.005
 _ROUNDING_LINE = re.compile(r"(?<![a-z])(?:round|rounding|rounded|rnd|adj|adjustment)(?![a-z])")
 _ROUNDED_LABEL = re.compile(r"(?<![a-z])(?:rounded|round)(?![a-z])|after\s+adj")
 _MAX_ROUNDING = 0.10
-_CENTS = re.compile(r"\d[.,]\d{2}(?!\d)")
+_CENTS = re.compile(r"[.,]\d{2}(?!\d)")
 _SUMMARY = word_set("summary sunmary summery analysis breakdown recap recapitulatif overzicht specificatie "
                     "ubersicht aufstellung podsumowanie resumen riepilogo")
 _TAX_WORDS = word_set("tax gst vat tva btw mwst ust iva sst")

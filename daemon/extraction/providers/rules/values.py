@@ -252,7 +252,10 @@ _AMOUNT = re.compile(
     r"(?(pre)|(?<![\w.,/:]))"
     r"(?P<num>\d{1,3}(?:(?P<g>[,.'\u00a0\u202f])\d{3})(?:(?P=g)\d{3})*(?:[.,]\d{1,2})?"
     r"|\d{1,3}(?:\s\d{3})+,\d{1,2}"
-    r"|\d+(?:[.,]\d{1,3})?)"
+    r"|\d+(?:[.,]\d{1,3})?"
+    # " .02": a few cents whose leading zero the printer or OCR dropped (a rounding, no
+    # change), after a space or a currency: "Incl.68" is a word's dot and a misread "6%".
+    r"|(?<=[\s$€£¥₹])\.\d{2}(?!\d))"
     r"(?P<neg2>-)?\)?"
     r"(?![\w/:]|[.,]\d)"
     r"(?:\s{0,2}(?P<post>" + _CURRENCY_WORD + r")(?![^\W\d_]))?",
@@ -313,7 +316,7 @@ def find_amounts(text: str, decimal: str = ".") -> list[Found]:
     found: list[Found] = []
     for match in _AMOUNT.finditer(text):
         raw = match["num"]
-        number = parse_number(raw, decimal)
+        number = parse_number("0" + raw if raw[0] == "." else raw, decimal)
         if number is None:
             continue
         if match["neg"] or match["neg2"]:

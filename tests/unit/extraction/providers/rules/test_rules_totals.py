@@ -82,3 +82,12 @@ def test_the_total_the_parts_above_it_add_up_to_wins_over_a_part_printed_twice()
     assert facts.adds_up(facts.reader.candidates(TOTAL)[0], [])
     alone = totals("Sub Total  20.00", "Total  21.20")
     assert not alone.adds_up(alone.reader.candidates(TOTAL)[0], [])
+
+
+def test_cents_written_without_their_leading_zero_round_the_total_and_give_no_change() -> None:
+    facts = totals("Total Sales  27.28", "Rounding Adj  RM  .02", "Rounded  RM  27.30", "CASH  RM  27.30",
+                   "CHANGE  RM  .00")
+    assert facts.roundings == [0.02]
+    assert facts.payment.paid == 27.30
+    scores = dict(checked(facts))
+    assert max(scores, key=lambda value: scores[value]) == 27.30

@@ -94,6 +94,12 @@ def test_a_currency_glued_to_its_amount_is_read_and_a_code_glued_to_a_word_is_no
     assert find_amounts("No1, Jalan Besar") == []
 
 
+def test_cents_without_their_leading_zero_are_read_after_a_space_only() -> None:
+    assert [f.value for f in find_amounts("Rounding Adj RM .02")] == [0.02]
+    assert [f.value for f in find_amounts("Change  .00")] == [0.0]
+    assert find_amounts("Total Incl.68 GST") == []  # an abbreviation's dot, then a misread "6%"
+
+
 def test_a_lone_three_digit_group_follows_the_document_decimal_separator() -> None:
     assert parse_number("1,500", ".") == 1500
     assert parse_number("1,500", ",") == 1.5
