@@ -133,7 +133,10 @@ class LabelReader:
             s, e = ref.cell_span(index)
             segments.append((s - 1, e))
         if kind.numeric:
-            return self._amount_right(query, ref, start, end, segments, weight)
+            found = self._amount_right(query, ref, start, end, segments, weight)
+            if found is None and len(segments) == 1 and self.layout.pages[ref.page].page.ocr:
+                found = self._amount_askew(query, ref, start, end, weight)
+            return found
         for number, (s, e) in enumerate(segments[:3]):
             chunk = ref.text[s:e]
             if not chunk.strip(" :.#-–|"):
@@ -190,6 +193,29 @@ class LabelReader:
         else:
             s, value = values[-1] if query.labels.last else values[0]
         return found_at(ref, s + value.start, s + value.end, value, weight * factor)
+
+    def _amount_askew(self, query: FieldQuery, ref: LineRef, start: int, end: int, weight: float) -> Candidate | None:
+        """The amount of a label that ends its line, read as the next line: a scan
+        printed askew splits "Total ....... 5.00" in two lines when the amount sits
+        lower than its label. That line is the amount alone, to the right of the
+        label, its top above the label's bottom."""
+        below = self.layout.below(ref, 1)
+        if not below:
+            return None
+        line = below[0]
+        if line.line.y0 >= ref.line.y1 or line.line.x0 <= ref.x_of(end):
+            return None
+        values = [v for v in self.values_in(query, line.text) if not _is_percent(line.text, v)]
+        if len(values) != 1:
+            return None
+        value = values[0]
+        rest = fold(line.text[: value.start] + " " + line.text[value.end :])
+        if any(w not in _FILLERS and w not in CURRENCY_SIGNS for w in words(rest)):
+            return None
+        factor = self._gap_factor(ref.folded[end:], query.labels, ref.folded[start:end])
+        if factor is None:
+            return None
+        return found_at(line, value.start, value.end, value, 0.9 * weight * factor)
 
     def _dates_between(self, ref: LineRef, start: int, end: int) -> list[tuple[int, int]]:
         """The spans of the dates of `ref`'s line that overlap [start, end) (the

@@ -144,6 +144,23 @@ def test_a_misread_currency_between_label_and_amount_and_a_lost_decimal_point() 
     assert read(document)["total"] == 10.00
 
 
+def askew(*lines: tuple[tuple[str, float, float], ...]) -> Document:
+    """A scanned page of lines of (text, x, y) cells, each cell 20 high and 10 wide a character."""
+    built = [Line(tuple(Word(text, x, y, x + 10 * len(text), y + 20, 0.9) for text, x, y in cells))
+             for cells in lines]
+    return Document((Page(1, 400, 200, tuple(built), ocr=True),))
+
+
+def test_an_amount_printed_lower_than_its_label_is_read_from_the_next_line() -> None:
+    # A receipt scanned askew: OCR splits each "label ...... amount" in two lines.
+    lines = ((("Total", 0, 0),), (("5.00", 300, 12),), (("Cash", 0, 40),), (("10.00", 300, 52),),
+             (("Change", 0, 80),), (("5.00", 300, 92),))
+    assert read(askew(*lines))["total"] == 5.00
+    # Not a line wholly below the label, nor one that says something besides its amount.
+    assert "total" not in read(askew((("Total", 0, 0),), (("5.00", 300, 22),)))
+    assert "total" not in read(askew((("Total", 0, 0),), (("Coffee", 100, 12), ("5.00", 300, 12))))
+
+
 def test_ocr_dates_are_repaired_inside_date_shaped_tokens_only() -> None:
     assert repair_dates("Date: 2O/O3/2Ol8") == "Date: 20/03/2018"
     assert repair_dates("12.01-19 21:13") == "12.01.19 21:13"
