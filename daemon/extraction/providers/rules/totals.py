@@ -126,13 +126,18 @@ class Totals:
         return [c for query in PARTS for c in self.reader.candidates(query)
                 if float(c.value) > 0 and _CENTS.search(c.text)]
 
-    def adds_up(self, candidate: Candidate, others: list[Candidate]) -> bool:
-        """Whether two amounts printed above the candidate, on two lines, add up to it."""
-        value = float(candidate.value)
+    def adds_up(self, value: float, order: int, others: list[Candidate]) -> bool:
+        """Whether two amounts printed above line `order`, on two lines, add up to `value`,
+        or to it before the printed rounding adjustment (whose sign is often lost)."""
         above = [c for c in others + self.parts
-                 if c.ref.order < candidate.ref.order and 0 < float(c.value) < value and _CENTS.search(c.text)]
-        return any(a.ref is not b.ref and abs(float(a.value) + float(b.value) - value) < _SAME
-                   for i, a in enumerate(above) for b in above[i + 1 :])
+                 if c.ref.order < order and 0 < float(c.value) < value and _CENTS.search(c.text)]
+        targets = [value] + [value + sign * r for r in self.roundings for sign in (1, -1)]
+        return any(a.ref is not b.ref and abs(float(a.value) + float(b.value) - target) < _SAME
+                   for i, a in enumerate(above) for b in above[i + 1 :] for target in targets)
+
+    def rounds_to(self, value: float, candidates: list[Candidate]) -> bool:
+        """Whether a total plus the printed rounding adjustment (its sign often lost) makes `value`."""
+        return any(abs(abs(value - float(c.value)) - abs(r)) < _SAME for c in candidates for r in self.roundings)
 
     @cached_property
     def writes_cents(self) -> bool:
@@ -190,15 +195,19 @@ class Totals:
             candidate.score = min(candidate.score + 0.3, 1.2)
         if not agreeing:
             # Two readings (tendered, change) agree with each other better than a
-            # misread total: the amount paid, where it is written, else as computed.
+            # misread total: the amount paid, where it is written, else as computed;
+            # surely so when the receipt's own arithmetic (a total and the rounding
+            # adjustment, subtotal and tax) makes it too.
+            sure = 0.4 if self.rounds_to(paid, candidates) or self.adds_up(paid, self.layout.line_count,
+                                                                             candidates) else 0.0
             for ref in self.layout.lines():
                 for value in find_amounts(ref.text, self.layout.decimal):
                     if abs(float(value.value) - paid) < 0.005:
-                        candidates.append(found_at(ref, value.start, value.end, value, 0.75))
+                        candidates.append(found_at(ref, value.start, value.end, value, 0.75 + sure))
                         return candidates
             change = payment.change
             if change is not None:
-                candidates.append(Candidate(paid, 0.6, change.ref, change.start, change.end, change.text))
+                candidates.append(Candidate(paid, 0.6 + sure, change.ref, change.start, change.end, change.text))
         return candidates
 
     def _agree(self, candidates: list[Candidate]) -> list[Candidate]:
@@ -227,7 +236,7 @@ class Totals:
                    for o in others if o.ref.order < candidate.ref.order for r in adjustments):
                 bonus += 0.3
             # Subtotal and tax, or the totals of two parts of the bill, add up to the total.
-            if self.adds_up(candidate, others):
+            if self.adds_up(value, candidate.ref.order, others):
                 bonus += 0.2
             # Tendered and change are printed right under the total.
             if any(0 < order - candidate.ref.order <= 3 for order in payments):
