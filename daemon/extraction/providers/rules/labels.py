@@ -165,6 +165,7 @@ CONCEPTS: tuple[Concept, ...] = (
             "total facture|total",
             "amount|total eur|total usd|razem|suma|betrag|bedrag|montant|importe|total paid|amount paid|"
             "paid|balance|net amount due",
+            "due",
         ),
         negatives=_TAX_WORDS | _EXCLUSIVE | word_set(
             "qty quantity quantities items item article articles pieces pcs count savings saving discount "

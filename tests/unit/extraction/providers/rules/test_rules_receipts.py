@@ -161,6 +161,11 @@ def test_an_amount_printed_lower_than_its_label_is_read_from_the_next_line() -> 
     assert "total" not in read(askew((("Total", 0, 0),), (("Coffee", 100, 12), ("5.00", 300, 12))))
 
 
+def test_due_alone_labels_the_total_when_nothing_stronger_does() -> None:
+    assert read(scanned("SCONE   1   7.50", "Due          7.50", "Change      12.50"))["total"] == 7.50
+    assert read(scanned("Total  RM 9.00", "Due date  12/03/2018", "Due in 30 days"))["total"] == 9.00
+
+
 def test_ocr_dates_are_repaired_inside_date_shaped_tokens_only() -> None:
     assert repair_dates("Date: 2O/O3/2Ol8") == "Date: 20/03/2018"
     assert repair_dates("12.01-19 21:13") == "12.01.19 21:13"
