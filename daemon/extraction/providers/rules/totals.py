@@ -39,6 +39,8 @@ _SAME = 0.005
 _ROUNDING_LINE = re.compile(r"(?<![a-z])(?:round|rounding|rounded|rnd|adj|adjustment)(?![a-z])")
 _ROUNDED_LABEL = re.compile(r"(?<![a-z])(?:rounded|round)(?![a-z])|after\s+adj")
 _MAX_ROUNDING = 0.10
+# "000656195584": a registration or account number; money is not printed with leading zeros.
+_LEADING_ZERO = re.compile(r"(?<![\d.,])0\d{4,}")
 _CENTS = re.compile(r"[.,]\d{2}(?!\d)")
 _SUMMARY = word_set("summary sunmary summery analysis breakdown recap recapitulatif overzicht specificatie "
                     "ubersicht aufstellung podsumowanie resumen riepilogo")
@@ -164,12 +166,12 @@ class Totals:
         """Without the impossible totals of a scanned receipt, with the readings of a lost decimal point.
 
         A receipt's total is more than nothing ("Total GST 0.00" misread as a
-        total), and where every price has cents "GRAND TOTAL 1000" is 10.00 with
+        total) and is not written with leading zeros (a registration number), and where every price has cents "GRAND TOTAL 1000" is 10.00 with
         its point lost (a candidate; the payment or another label must agree).
         """
         if not candidates or not self.layout.ocr:
             return candidates
-        out = [c for c in candidates if float(c.value) > 0]
+        out = [c for c in candidates if float(c.value) > 0 and not _LEADING_ZERO.search(c.text)]
         if self.writes_cents:
             for candidate in list(out):
                 digits = candidate.text.strip()

@@ -103,3 +103,10 @@ def test_the_amount_paid_wins_over_a_misread_total_when_the_receipt_s_arithmetic
     facts = totals("Total  15.39", "Rounding  0.01", "Cash  50.00", "Change  34.60")
     scores = dict(checked(facts))
     assert max(scores, key=lambda value: scores[value]) == 15.40
+
+
+def test_a_number_written_with_leading_zeros_is_not_a_total() -> None:
+    facts = totals("TOTAL:   000656195584")  # a registration number misread beside a total label
+    assert facts.reader.candidates(TOTAL)
+    assert checked(facts) == []
+    assert [value for value, _ in checked(totals("TOTAL:   105.00"))] == [105.00]
