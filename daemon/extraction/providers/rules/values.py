@@ -167,9 +167,10 @@ def numeric_date_orders(text: str) -> tuple[int, int]:
     dmy = mdy = 0
     for match in _NUMERIC_DATE.finditer(text):
         a, b = int(match["a"]), int(match["b"])
-        if a > 12 >= b:
+        # No day is over 31: "3.49 .21" is two amounts, not a month-first date.
+        if 31 >= a > 12 >= b:
             dmy += 1
-        elif b > 12 >= a:
+        elif 31 >= b > 12 >= a:
             mdy += 1
     return dmy, mdy
 

@@ -17,6 +17,7 @@ from daemon.extraction.providers.rules.values import (
     find_identifier,
     find_time,
     fold,
+    numeric_date_orders,
     parse_number,
 )
 
@@ -53,6 +54,12 @@ def test_ambiguous_numeric_dates_follow_the_document_order() -> None:
     assert find_dates("03/04/2024", DateOrder.MDY)[0].value == dt.date(2024, 3, 4)
     # An impossible reading is never chosen.
     assert find_dates("03/20/2023")[0].value == dt.date(2023, 3, 20)
+
+
+def test_only_real_dates_tell_the_document_s_date_order() -> None:
+    assert numeric_date_orders("13/02/2018") == (1, 0)
+    assert numeric_date_orders("02/13/2018") == (0, 1)
+    assert numeric_date_orders("6%  3.49 .21") == (0, 0)  # two amounts: no day is 49
 
 
 def test_not_dates() -> None:
