@@ -120,14 +120,16 @@ for _number, _names in enumerate(
 
 _MONTH_RE = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _YEAR = r"(?P<y>\d{4}|\d{2}(?![\d]))"
-# Not glued to a word before it: "HC03-7-15" is an item code. A four-digit year
-# may run into the time printed after it when OCR loses the space between them
-# ("10-03-201823:03:06").
+# Not glued to a word before it: "HC03-7-15" is an item code. A date's last
+# number may run into the time printed after it when OCR loses the space between
+# them ("10-03-201823:03:06", "06/04/1711:43am", "2018-01-0522:55:25").
+_GLUED_TIME = r"(?=\d{1,2}:\d{2}(?!\d))"
 _NUMERIC_DATE = re.compile(
     r"(?<![\w.,/-])(?P<a>\d{1,2})\s?(?P<s>[/.\-])\s?(?P<b>\d{1,2})\s?(?P=s)\s?"
-    r"(?P<y>\d{4}(?=\d{1,2}:\d{2}(?!\d))|(?:\d{4}|\d{2})(?![\d]|[.,]\d))"
+    r"(?P<y>(?:\d{4}|\d{2})" + _GLUED_TIME + r"|(?:\d{4}|\d{2})(?![\d]|[.,]\d))"
 )
-_ISO_DATE = re.compile(r"(?<![\d.,/-])(?P<y>\d{4})(?P<s>[-/.])(?P<m>\d{1,2})(?P=s)(?P<d>\d{1,2})(?!\d)")
+_ISO_DATE = re.compile(r"(?<![\d.,/-])(?P<y>\d{4})(?P<s>[-/.])(?P<m>\d{1,2})(?P=s)"
+                       r"(?P<d>\d{2}" + _GLUED_TIME + r"|\d{1,2}(?!\d))")
 _DAY_MONTH_YEAR = re.compile(
     r"(?<![\w])(?P<d>\d{1,2})(?:st|nd|rd|th|er|e|\.)?[\s\-/]*(?:of\s+|de\s+)?(?P<m>" + _MONTH_RE
     + r")\.?(?:\s*de)?[\s\-/,.']*" + _YEAR + r"(?!\d)",

@@ -42,6 +42,8 @@ from daemon.extraction.providers.rules.values import (
         ("12 października 2021", dt.date(2021, 10, 12)),
         ("15 de enero de 2024", dt.date(2024, 1, 15)),
         ("10-03-201823:03:06", dt.date(2018, 3, 10)),  # OCR lost the space before the time
+        ("06/04/1711:43am", dt.date(2017, 4, 6)),
+        ("2018-01-0522:55:25", dt.date(2018, 1, 5)),
     ],
 )
 def test_dates_in_numeric_and_written_forms(text: str, expected: dt.date) -> None:
