@@ -166,8 +166,9 @@ class Totals:
         """Without the impossible totals of a scanned receipt, with the readings of a lost decimal point.
 
         A receipt's total is more than nothing ("Total GST 0.00" misread as a
-        total) and is not written with leading zeros (a registration number), and where every price has cents "GRAND TOTAL 1000" is 10.00 with
-        its point lost (a candidate; the payment or another label must agree).
+        total) and is not written with leading zeros (a registration number);
+        where every price has cents "GRAND TOTAL 1000" is 10.00 with its point
+        lost (a candidate; the payment or another label must agree).
         """
         if not candidates or not self.layout.ocr:
             return candidates
