@@ -84,8 +84,10 @@ def evidence_of(layout: Layout, found: Candidate) -> dict[str, Any]:
         x0, y0 = min(x0, extra.line.x0), min(y0, extra.line.y0)
         x1, y1 = max(x1, extra.line.x1), max(y1, extra.line.y1)
         text += "\n" + extra.text
+    # A score above 1 (a total the receipt's arithmetic confirms) ranks candidates; the
+    # confidence in a value is still no more than the OCR's in the words it was read from.
     return {
-        "confidence": round(max(0.0, min(0.99, found.score * conf)), 3),
+        "confidence": round(max(0.0, min(0.99, min(found.score, 1.0) * conf)), 3),
         "page": page.number,
         "bbox": page.relative(x0, y0, x1, y1),
         "text": text,

@@ -166,6 +166,13 @@ def test_due_alone_labels_the_total_when_nothing_stronger_does() -> None:
     assert read(scanned("Total  RM 9.00", "Due date  12/03/2018", "Due in 30 days"))["total"] == 9.00
 
 
+def test_a_total_the_arithmetic_confirms_is_no_surer_than_the_ocr_that_read_it() -> None:
+    document = scanned("SUBTOTAL  20.00", "TAX  1.20", "TOTAL  21.20", "CASH  50.00", "CHANGE  28.80", conf=0.8)
+    result, fields = extract_rules(document, SCHEMA)
+    assert result["total"] == 21.20
+    assert fields["/total"]["confidence"] == 0.8
+
+
 def test_ocr_dates_are_repaired_inside_date_shaped_tokens_only() -> None:
     assert repair_dates("Date: 2O/O3/2Ol8") == "Date: 20/03/2018"
     assert repair_dates("12.01-19 21:13") == "12.01.19 21:13"
