@@ -29,12 +29,14 @@ _NAME_LINES = 5
 _BEFORE_ADDRESS = 4
 _ADDRESS_LINES = 6
 
-# Suffixes of a business's legal name: a line with one is the registered name.
-_LEGAL = re.compile(
-    r"(?<![a-z])(?:sdn\.?\s*bhd|bhd|berhad|s/b|sdn|enterprises?|trading|traders|ltd|limited|llc|l\.l\.c|inc|"
-    r"incorporated|corp|corporation|co|company|gmbh|b\.v|n\.v|s\.a|s\.a\.s|sarl|s\.r\.l|s\.p\.a|"
-    r"sp\.?\s?z\s?o\.?o|plc|pte|pty|perniagaan|syarikat|kedai)(?![a-z])"
-)
+# Words of a business's legal name: a line with one is the registered name. Most
+# end the name (SDN BHD, LTD, GMBH); a few start it (PERNIAGAAN, SYARIKAT).
+_SUFFIXES = (r"sdn\.?\s*bhd|bhd|berhad|s/b|sdn|enterprises?|trading|traders|ltd|limited|llc|l\.l\.c|inc|"
+             r"incorporated|corp|corporation|co|company|gmbh|b\.v|n\.v|s\.a|s\.a\.s|sarl|s\.r\.l|s\.p\.a|"
+             r"sp\.?\s?z\s?o\.?o|plc|pte|pty")
+_LEGAL = re.compile(rf"(?<![a-z])(?:{_SUFFIXES}|perniagaan|syarikat|kedai)(?![a-z])")
+# A line that starts with a suffix ("CO. (M) SDN BHD", "(SETIA ALAM) SDN BHD") ends the name begun above it.
+_SUFFIX_FIRST = re.compile(rf"^(?:\(|(?:{_SUFFIXES})(?![a-z]))")
 # Trades written in a shop's name: a weaker sign than a legal suffix.
 _TRADE = re.compile(
     r"(?<![a-z])(?:restaurant|restoran|cafe|bistro|kitchen|kitchenette|bakery|hardware|mart|market|supermarket|"
@@ -210,8 +212,7 @@ def issuer_lines(lines: list[HeaderLine]) -> list[LineRef]:
         previous, current = lines[start - 1], lines[start]
         if (previous.role is LineRole.TEXT and _close(previous.ref, current.ref) and _substantial(previous.ref)
                 and not _address_like(previous.ref)
-                and (previous.ref.text.rstrip().endswith(_JOINS)
-                     or re.match(r"^\(|^(?:sdn|bhd|s/b|ltd|limited|inc|gmbh|enterprise|trading)", current.ref.folded))):
+                and (previous.ref.text.rstrip().endswith(_JOINS) or _SUFFIX_FIRST.match(current.ref.folded))):
             start -= 1
     out = [lines[start].ref]
     index = start + 1

@@ -87,6 +87,14 @@ def test_a_misread_legal_suffix_is_mended() -> None:
     assert read(scanned("Maju Makmur Sdn Bed", "No. 1, Jalan Satu"))["company"] == "Maju Makmur Sdn Bhd"
 
 
+def test_a_line_that_starts_with_a_legal_suffix_ends_the_name_above_it() -> None:
+    result = read(scanned("SINAR BUKU", "CO. (M) SDN BHD", "(Co. No. 123456-W)", "NO 8, JALAN 7/1,",
+                          "56000 KUALA LUMPUR"))
+    assert result["company"] == "SINAR BUKU CO. (M) SDN BHD"
+    # A name of its own above the legal name is a brand, not the start of the name.
+    assert read(scanned("Sinar", "Sinar Buku Sdn Bhd", "No 8, Jalan 7/1,"))["company"] == "Sinar Buku Sdn Bhd"
+
+
 def test_the_address_skips_the_date_and_the_registration_number_under_the_name() -> None:
     result = read(scanned("NASI DAUN PISANG SDN BHD", "05 Mar 2018 18:24", "(867000-U)",
                           "12, Jalan Tampoi 7/4,Kawasan Perindustrian", "Tampoi,81200 Johor Bahru,Johor",
