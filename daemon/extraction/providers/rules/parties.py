@@ -31,7 +31,8 @@ _ADDRESS_LINES = 6
 
 # Words of a business's legal name: a line with one is the registered name. Most
 # end the name (SDN BHD, LTD, GMBH); a few start it (PERNIAGAAN, SYARIKAT).
-_SUFFIXES = (r"sdn\.?\s*bhd|bhd|berhad|s/b|sdn|enterprises?|trading|traders|ltd|limited|llc|l\.l\.c|inc|"
+# "5/B" is S/B misread where a suffix stands: at the end of the line or before the company number.
+_SUFFIXES = (r"sdn\.?\s*bhd|bhd|berhad|s/b|5/b(?=\s*[(\[]|\s*$)|sdn|enterprises?|trading|traders|ltd|limited|llc|l\.l\.c|inc|"
              r"incorporated|corp|corporation|co|company|gmbh|b\.v|n\.v|s\.a|s\.a\.s|sarl|s\.r\.l|s\.p\.a|"
              r"sp\.?\s?z\s?o\.?o|plc|pte|pty")
 _LEGAL = re.compile(rf"(?<![a-z])(?:{_SUFFIXES}|perniagaan|syarikat|kedai)(?![a-z])")
@@ -67,8 +68,9 @@ _LONG_NUMBER = re.compile(r"\d{9,}")
 _DATA_FIELD = re.compile(r"^\s*[A-Za-z][A-Za-z .#/]{0,14}\s?[:;]\s*\S*\d")
 _PRICE = re.compile(r"(?<![\d.,])\d{1,6}[.,]\d{2}(?![\d.,]?\d)")
 _TIME = re.compile(r"(?<!\d)\d{1,2}:\d{2}(?::\d{2})?(?!\d)")
-# A postcode: five digits on their own (Malaysia, Germany, France, the US, ...).
-_POSTCODE = re.compile(r"(?<![\d.,/-])\d{5}(?![\d.,/-]\d|\d)")
+# A postcode: five digits on their own (Malaysia, Germany, France, the US, ...); not
+# after a letter, where they are a lot or company number ("PT17920", "(S19537-X)").
+_POSTCODE = re.compile(r"(?<![a-z\d.,/-])\d{5}(?![\d.,/-]\d|\d)")
 # Words that start or make a street address (English and Malay).
 _ADDRESS_WORDS = re.compile(
     r"(?<![a-z])(?:no|lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
@@ -252,8 +254,11 @@ def _clean_name(text: str) -> str:
 
 def _repair_suffix(text: str) -> str:
     """"SON BHD", "SDN BED" -> "SDN BHD": a misread letter in the commonest legal
-    suffix of the kind, mended when the other word of the pair is read right."""
+    suffix of the kind, mended when the other word of the pair is read right;
+    "5/B" -> "S/B" as the name's last word."""
     words = text.split(" ")
+    if words and words[-1].upper() == "5/B":
+        words[-1] = "S/B"
     for index in range(len(words) - 1):
         first, second = words[index], words[index + 1]
         core1, core2 = first.rstrip(".,"), second.rstrip(".,")
@@ -286,10 +291,11 @@ def vendor_candidate(lines: list[HeaderLine]) -> Candidate | None:
     name = issuer_lines(lines)
     if not name:
         return None
-    text = _spaced_brackets(_repair_suffix(_clean_name(" ".join(" ".join(ref.text.split()) for ref in name))))
+    text = _clean_name(" ".join(" ".join(ref.text.split()) for ref in name))
     folded = " ".join(r.folded for r in name)
     if _LEGAL.search(folded):
         text = _TRAILING_NUMBER.sub("", text)
+    text = _spaced_brackets(_repair_suffix(text))
     if not text:
         return None
     score = 0.6 if _LEGAL.search(folded) else 0.5 if _TRADE.search(folded) else 0.4

@@ -95,6 +95,22 @@ def test_a_line_that_starts_with_a_legal_suffix_ends_the_name_above_it() -> None
     assert read(scanned("Sinar", "Sinar Buku Sdn Bhd", "No 8, Jalan 7/1,"))["company"] == "Sinar Buku Sdn Bhd"
 
 
+def test_s_b_misread_as_5_b_before_the_company_number_is_the_legal_suffix() -> None:
+    result = read(scanned("77 KEDAI MURAH 5/B (S12345-X)", "LOT 7, JALAN ANGSA,", "41150 KLANG, SELANGOR",
+                          "GST ID. NO: 000181747712"))
+    assert result["company"] == "77 KEDAI MURAH S/B"
+    assert result["address"] == "LOT 7, JALAN ANGSA, 41150 KLANG, SELANGOR"
+    # Inside a street address "5/B" stays what it is.
+    assert read(scanned("KEDAI MURAH S/B", "NO. 5/B, JALAN ANGSA", "41150 KLANG"))["address"] == \
+        "NO. 5/B, JALAN ANGSA 41150 KLANG"
+
+
+def test_five_digits_after_letters_are_a_lot_number_not_the_postcode() -> None:
+    result = read(scanned("SEGAR BORONG SDN BHD", "PT12345, SEKSYEN U9,", "40150 SHAH ALAM,", "SELANGOR.",
+                          "GST Reg No : 001951645696"))
+    assert result["address"] == "PT12345, SEKSYEN U9, 40150 SHAH ALAM, SELANGOR."
+
+
 def test_the_address_skips_the_date_and_the_registration_number_under_the_name() -> None:
     result = read(scanned("NASI DAUN PISANG SDN BHD", "05 Mar 2018 18:24", "(867000-U)",
                           "12, Jalan Tampoi 7/4,Kawasan Perindustrian", "Tampoi,81200 Johor Bahru,Johor",
