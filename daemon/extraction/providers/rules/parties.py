@@ -43,12 +43,13 @@ _TRADE = re.compile(
     r"(?<![a-z])(?:restaurant|restoran|cafe|bistro|kitchen|kitchenette|bakery|hardware|mart|market|supermarket|"
     r"minimarket|store|stores|shop|stationery|books|bookstore|pharmacy|farmasi|hotel|motor|motors|electrical|"
     r"machinery|delights|gallery|station|services|industries|international|holdings|group|pub|bar|food|foods|"
-    r"tea|coffee|petrol|pet|deco|pasar)(?![a-z])"
+    r"tea|coffee|petrol|pet|deco|pasar|cash\s*(?:&|and)\s*carry)(?![a-z])"
 )
-# Lines that are no longer the issuer's name or address: the document's own data.
+# Lines that are no longer the issuer's name or address: the document's own data
+# (a wholesaler's trade, "CASH & CARRY", is not the payment "CASH").
 _STOP = re.compile(
     r"(?<![a-z])(?:tel|tel\.|phone|telephone|fax|hp|h/p|mobile|e-?mail|www|http|gst|vat|tax|invoice|receipt|"
-    r"bill|cash|date|time|cashier|table|order|no\.? ?:|reg\.? ?no|registration|roc|co\.? ?no|company no|"
+    r"bill|cash(?!\s*(?:&|and)\s*carry)|date|time|cashier|table|order|no\.? ?:|reg\.? ?no|registration|roc|co\.? ?no|company no|"
     r"ssm|tin|npwp|kvk|siret|abn|acn|uen|document|doc|ref|member|customer|counter|pos|terminal|"
     r"qty|description|item|price|amount|total|operator|trans|slip|welcome|thank)(?![a-z])"
 )

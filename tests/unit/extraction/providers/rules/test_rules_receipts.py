@@ -111,6 +111,13 @@ def test_five_digits_after_letters_are_a_lot_number_not_the_postcode() -> None:
     assert result["address"] == "PT12345, SEKSYEN U9, 40150 SHAH ALAM, SELANGOR."
 
 
+def test_a_cash_and_carry_is_a_trade_not_the_payment() -> None:
+    result = read(scanned("MAJU CASH & CARRY", "NO.15, JLN TSJ 2,", "40000 SHAH ALAM, SEL.", "GST NO:001169362944",
+                          "CASH"))
+    assert result["company"] == "MAJU CASH & CARRY"
+    assert result["address"] == "NO.15, JLN TSJ 2, 40000 SHAH ALAM, SEL."
+
+
 def test_the_address_skips_the_date_and_the_registration_number_under_the_name() -> None:
     result = read(scanned("NASI DAUN PISANG SDN BHD", "05 Mar 2018 18:24", "(867000-U)",
                           "12, Jalan Tampoi 7/4,Kawasan Perindustrian", "Tampoi,81200 Johor Bahru,Johor",
