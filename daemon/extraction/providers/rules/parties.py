@@ -53,6 +53,9 @@ _STOP = re.compile(
     r"ssm|tin|npwp|kvk|siret|abn|acn|uen|document|doc|ref|member|customer|counter|pos|terminal|"
     r"qty|description|item|price|amount|total|operator|trans|slip|welcome|thank)(?![a-z])"
 )
+# A sentence to the customer ("Goods sold are not returnable", "Items must be ..."): a
+# name or an address has no verb.
+_NOTICE = re.compile(r"(?<![a-z])(?:are|is|must|will|shall|should|cannot|please|not)(?![a-z])")
 _GLUED_STOP = re.compile(r"invoice|receipt|cashier|check|counter|welcome")
 _ONLINE = re.compile(r"\.com\b|\.my\b|www\.|[\w.]@[\w-]+\.[a-z]")
 _REGISTRATION = re.compile(r"^[\(\[]?\s*(?:co\.?\s*(?:reg|no)|company\s*(?:reg|no)|roc|reg|ssm)?[\s.:#]*"
@@ -93,7 +96,7 @@ _JOINS = ("&", "-", " AND", " and")
 class LineRole(Enum):
     """What a header line is, as far as finding the issuer's name and address goes."""
 
-    NOISE = "noise"  # a logo, a stamp, a handwritten note
+    NOISE = "noise"  # a logo, a stamp, a handwritten note, a notice to the customer
     CONTACT = "contact"  # a phone number, an e-mail or web address
     REGISTRATION = "registration"  # a company or tax number
     DATE = "date"
@@ -172,10 +175,12 @@ def _role(ref: LineRef, usual_height: float) -> LineRole:
     # "TRN: 1CR0576494", "Table : 5", a price: the document's own data.
     if (_DATA_FIELD.search(ref.text) or _PRICE.search(ref.text)) and not street:
         return LineRole.STOP
-    if _is_noise(ref):
+    if _is_noise(ref) or _NOTICE.search(folded):
         return LineRole.NOISE
-    # A barcode or a logo read as letters: much taller than the text and unsure.
-    if ref.line.height > 2.2 * usual_height and _conf(ref) < 0.5 and len(ref.text.split()) <= 2:
+    # A barcode or a logo read as letters: much taller than the text and unsure, or
+    # taller than a printer's double-height name however sure.
+    tall = ref.line.height / usual_height
+    if len(ref.text.split()) <= 2 and (tall > 3 or (tall > 2.2 and _conf(ref) < 0.5)):
         return LineRole.NOISE
     return LineRole.TEXT
 

@@ -118,6 +118,25 @@ def test_a_cash_and_carry_is_a_trade_not_the_payment() -> None:
     assert result["address"] == "NO.15, JLN TSJ 2, 40000 SHAH ALAM, SEL."
 
 
+def test_a_notice_to_the_customer_is_not_the_name() -> None:
+    # The end of the previous receipt's footer, printed above this one's header.
+    result = read(scanned("Goods Sold Are Not Returnable.", "Maju Borong", "No. 3, Jalan Satu,", "40150 Shah Alam",
+                          "GST Reg No : 001951645696"))
+    assert result["company"] == "Maju Borong"
+
+
+def test_a_logo_much_taller_than_the_text_is_not_the_name() -> None:
+    def line(text: str, top: float, height: float, conf: float) -> Line:
+        return Line((Word(text, 10.0, top, 10.0 + 10 * len(text), top + height, conf),))
+
+    logo = line("Xo inl", 0.0, 120.0, 0.9)  # read with some confidence, six times the text's height
+    rows = [line(text, 140.0 + 30 * index, 20.0, 0.95) for index, text in
+            enumerate(("B & SONS RESTAURANT", "(001610235 P)", "NO.12, JALAN SS4C/5,", "47301 PETALING JAYA",
+                       "TEL : 012-2060 778"))]
+    page = Page(1, 400.0, 400.0, (logo, *rows), ocr=True)
+    assert read(Document((page,)))["company"] == "B & SONS RESTAURANT"
+
+
 def test_the_address_skips_the_date_and_the_registration_number_under_the_name() -> None:
     result = read(scanned("NASI DAUN PISANG SDN BHD", "05 Mar 2018 18:24", "(867000-U)",
                           "12, Jalan Tampoi 7/4,Kawasan Perindustrian", "Tampoi,81200 Johor Bahru,Johor",
