@@ -66,6 +66,10 @@ _REGISTRATION_WORDS = re.compile(r"(?<![a-z])(?:co\.?\s*reg|company\s*reg|reg\.?
 _COMPANY_NUMBER = re.compile(r"(?<![a-z0-9])[a-z]{0,3}\d{5,}-?\s?[a-z](?![a-z0-9])")
 # The same at the end of the name's line, with its brackets (either may be lost).
 _TRAILING_NUMBER = re.compile(r"\s*[(\[]?\s*[A-Za-z]{0,3}\d{5,}-?\s?[A-Za-z]\s*[)\]]?\s*$")
+# A company's registered form, which ends its name: what follows it with a digit is its
+# company number, however misread ("S/B 273500-U (GKJ)", "SDN BHD BOZTZ5-U").
+_CORPORATE = re.compile(r"(?<![A-Za-z])(?:sdn\.?\s*bhd|bhd|berhad|s/b|ltd|limited|llc|inc|gmbh|plc)\.?(?![A-Za-z])",
+                        re.IGNORECASE)
 _PHONE_NUMBER = re.compile(r"(?<!\d)\d{2,4}\s?-\s?\d{3,4}\s?\d{3,5}(?!\d)")
 # A tax or account number: nine digits or more in a row.
 _LONG_NUMBER = re.compile(r"\d{9,}")
@@ -302,6 +306,9 @@ def vendor_candidate(lines: list[HeaderLine]) -> Candidate | None:
     if _LEGAL.search(folded):
         text = _TRAILING_NUMBER.sub("", text)
     text = _spaced_brackets(_repair_suffix(text))
+    suffixes = list(_CORPORATE.finditer(text))
+    if suffixes and any(ch.isdigit() for ch in text[suffixes[-1].end() :]):
+        text = text[: suffixes[-1].end()]
     if not text:
         return None
     score = 0.6 if _LEGAL.search(folded) else 0.5 if _TRADE.search(folded) else 0.4

@@ -137,6 +137,13 @@ def test_a_logo_much_taller_than_the_text_is_not_the_name() -> None:
     assert read(Document((page,)))["company"] == "B & SONS RESTAURANT"
 
 
+def test_a_company_number_after_the_registered_form_is_cut_however_misread() -> None:
+    assert read(scanned("CAHAYA MANIS S/B 273500-U (KLG)", "NO. 1, JALAN SATU"))["company"] == "CAHAYA MANIS S/B"
+    assert read(scanned("SINAR BULAN SDN BHD B0ZTZ5-U", "NO. 1, JALAN SATU"))["company"] == "SINAR BULAN SDN BHD"
+    # A number after a trade, not a registered form, may be part of the name.
+    assert read(scanned("TIGA ENTERPRISE 333", "NO. 1, JALAN SATU"))["company"] == "TIGA ENTERPRISE 333"
+
+
 def test_the_address_skips_the_date_and_the_registration_number_under_the_name() -> None:
     result = read(scanned("NASI DAUN PISANG SDN BHD", "05 Mar 2018 18:24", "(867000-U)",
                           "12, Jalan Tampoi 7/4,Kawasan Perindustrian", "Tampoi,81200 Johor Bahru,Johor",
