@@ -37,6 +37,8 @@ _CELLS_RIGHT = 16
 _CELL_REACH = 200
 # A reference number (four digits or more) between a label and a date.
 _REFERENCE = re.compile(r"\d{4,}")
+# A word followed by 's names its owner, not a value: "the Company's approval".
+_POSSESSIVE = re.compile(r"['’`]s(?![a-z])")
 _PHONE_LINE = re.compile(r"(?<![a-z])(?:tel|phone|fax|hp|mobile|telefon)\b")
 
 
@@ -56,7 +58,7 @@ class LabelReader:
         labels = query.labels
         out: list[Candidate] = []
         for ref, start, end, weight in self.label_matches(labels):
-            if self._refused_before(ref, start, labels):
+            if self._refused_before(ref, start, labels) or _POSSESSIVE.match(ref.folded, end):
                 continue
             right = self._right_of(query, ref, start, end, weight)
             below = self._below(query, ref, start, end, weight) if right is None or right.score < 0.9 else None

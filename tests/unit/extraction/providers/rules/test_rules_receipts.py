@@ -144,6 +144,13 @@ def test_a_company_number_after_the_registered_form_is_cut_however_misread() -> 
     assert read(scanned("TIGA ENTERPRISE 333", "NO. 1, JALAN SATU"))["company"] == "TIGA ENTERPRISE 333"
 
 
+def test_a_label_word_in_the_possessive_is_not_a_label() -> None:
+    result = read(scanned("SINAR BULAN SDN BHD", "NO. 1, JALAN SATU,", "50200 KUALA LUMPUR", "TOTAL        10.50",
+                          "Goods may be exchanged within 14 days subject to",
+                          "the Company's approval. Vouchers must be redeemed"))
+    assert result["company"] == "SINAR BULAN SDN BHD"
+
+
 def test_the_address_skips_the_date_and_the_registration_number_under_the_name() -> None:
     result = read(scanned("NASI DAUN PISANG SDN BHD", "05 Mar 2018 18:24", "(867000-U)",
                           "12, Jalan Tampoi 7/4,Kawasan Perindustrian", "Tampoi,81200 Johor Bahru,Johor",
