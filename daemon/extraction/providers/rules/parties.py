@@ -371,11 +371,22 @@ def _clean_line(text: str) -> str:
     return " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " ")
 
 
+# A postcode with the space before its town lost: "43200Cheras".
+_GLUED_TOWN = re.compile(r"(?<![A-Za-z\d])(\d{5})(?=[A-Za-z]{2})")
+# A full stop read twice: "KL..".
+_DOUBLED_STOP = re.compile(r"(?<=\w)\.\.(?!\.)")
+
+
+def _spaced_address(text: str) -> str:
+    """The address with the spacing and stops OCR garbled between its words mended."""
+    return _DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text))
+
+
 def address_candidate(lines: list[HeaderLine]) -> Candidate | None:
     """The issuer's postal address read from the `header` lines."""
     out = address_lines(lines)
     if not out:
         return None
-    text = " ".join(part for part in (_clean_line(ref.text) for ref in out) if part)
+    text = _spaced_address(" ".join(part for part in (_clean_line(ref.text) for ref in out) if part))
     score = 0.6 if any(ch.isdigit() for ch in text) else 0.35
     return Candidate(text, score, out[0], 0, len(out[0].text), out[0].text, extra=out[1:])

@@ -159,6 +159,12 @@ def test_the_address_skips_the_date_and_the_registration_number_under_the_name()
     assert result["address"] == "12, Jalan Tampoi 7/4,Kawasan Perindustrian Tampoi,81200 Johor Bahru,Johor"
 
 
+def test_a_postcode_glued_to_its_town_and_a_stop_read_twice_are_mended() -> None:
+    result = read(scanned("SINAR BULAN SDN BHD", "No.2, Jalan Mawar 19/9,", "43200Cheras, Selangor..",
+                          "Tel: 03-9075 1234"))
+    assert result["address"] == "No.2, Jalan Mawar 19/9, 43200 Cheras, Selangor."
+
+
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
     lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
     assert read(scanned(*lines))["date"] == "2018-03-11"
