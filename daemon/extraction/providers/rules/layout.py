@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from daemon.extraction.document import Document, Line, Page, Word
@@ -15,6 +16,10 @@ from daemon.extraction.providers.rules.values import DateOrder, decimal_hint, fo
 _DOLLARS = re.compile(r"\$\s?\d|\bUSD\b")
 _OTHER_CURRENCIES = re.compile(r"[€£]|\b(?:EUR|GBP|RM|MYR|INR|Rs)\b")
 _find_tokens = TOKEN.findall
+# Fewer accented letters than this share of a read page's Latin letters were put there by
+# the recogniser, not printed: a language written with accents uses more (French about
+# one letter in thirty), one written without them ("SETIA ÁLAM") none.
+_STRAY_ACCENTS = 0.01
 
 
 # Not frozen, and equal only to itself: a frozen dataclass costs four times as
@@ -97,6 +102,7 @@ class Layout:
         self.document = document
         # Read by OCR: values may hold misread characters and are repaired where their shape is sure.
         self.ocr = any(page.ocr for page in document.pages)
+        unaccent = self.ocr and _stray_accents(document)
         self.pages: list[PageText] = []
         # Which lines hold each word: label search visits only lines that hold a label's first word.
         self.word_lines: dict[str, list[LineRef]] = {}
@@ -119,6 +125,8 @@ class Layout:
                         offsets.append(first)
                         first += len(cell) + 1
                     starts = tuple(offsets)
+                if unaccent and not text.isascii():
+                    text = _unaccented(text)
                 folded = fold(text)
                 found = _find_tokens(folded)
                 ref = LineRef(page_index, line_index, order, line, text, folded, starts, offset,
@@ -158,6 +166,26 @@ class Layout:
         """Up to `count` lines after `ref` on its page."""
         page = self.pages[ref.page]
         return page.lines[ref.index + 1 : ref.index + 1 + count]
+
+
+def _stray_accents(document: Document) -> bool:
+    """Accented Latin letters in OCR text too few to have been printed (`_STRAY_ACCENTS`)."""
+    text = "".join([word.text for page in document.pages for line in page.lines for word in line.words])
+    if text.isascii():
+        return False
+    accented = sum(1 for ch in text if not ch.isascii() and _is_accented_latin(ch))
+    latin = sum(1 for ch in text if ch.isascii() and ch.isalpha()) + accented
+    return 0 < accented < _STRAY_ACCENTS * latin
+
+
+def _is_accented_latin(ch: str) -> bool:
+    decomposed = unicodedata.normalize("NFD", ch)
+    return len(decomposed) > 1 and decomposed[0].isascii() and decomposed[0].isalpha()
+
+
+def _unaccented(text: str) -> str:
+    """`text` with its accented Latin letters plain, one character per character (offsets hold)."""
+    return "".join(unicodedata.normalize("NFD", ch)[0] if _is_accented_latin(ch) else ch for ch in text)
 
 
 def words_box(words: list[Word]) -> tuple[float, float, float, float]:

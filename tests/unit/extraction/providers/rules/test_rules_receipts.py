@@ -165,6 +165,17 @@ def test_a_postcode_glued_to_its_town_and_a_stop_read_twice_are_mended() -> None
     assert result["address"] == "No.2, Jalan Mawar 19/9, 43200 Cheras, Selangor."
 
 
+def test_an_accent_the_recogniser_put_on_a_page_written_without_them_is_dropped() -> None:
+    header = ("SINAR BULAN SDN BHD", "NO. 31G, JALAN SETIA INDAH,", "40170 SETIA \u00c1LAM", "TEL: 03-3359 1234")
+    body = ("TAX INVOICE", "Cashier: AMINAH", "NASI LEMAK BUNGKUS     2.50", "TEH TARIK KURANG MANIS     1.80",
+            "TOTAL     4.30", "CASH     10.00", "CHANGE     5.70", "THANK YOU PLEASE COME AGAIN")
+    assert read(scanned(*header, *body))["address"] == "NO. 31G, JALAN SETIA INDAH, 40170 SETIA ALAM"
+    # A page written with accents keeps them.
+    french = read(scanned("CAF\u00c9 DE LA GARE", "12 RUE DE L'\u00c9GLISE", "75001 PARIS", "T\u00c9L 01 42 00 00 00",
+                          "Qt\u00e9  D\u00e9signation  Montant", "2  Caf\u00e9 cr\u00e8me  7,00", "TOTAL TTC  7,00"))
+    assert french["company"] == "CAF\u00c9 DE LA GARE"
+
+
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
     lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
     assert read(scanned(*lines))["date"] == "2018-03-11"
