@@ -91,6 +91,14 @@ _STREET_WORDS = re.compile(
     r"bandar|kawasan|kampung|blok|block|batu|seksyen|wisma|menara|bangunan|kompleks|plaza|street|road|avenue)"
     r"(?![a-z])"
 )
+# The last line of an address ends with its country (the countries of the receipts and
+# invoices docex reads, in English and in their own languages).
+_COUNTRY = re.compile(
+    r"(?<![a-z])(?:malaysia|singapore|indonesia|thailand|philippines|vietnam|viet nam|brunei|india|china|"
+    r"hong kong|japan|korea|australia|new zealand|united kingdom|uk|ireland|usa|u\.s\.a|united states|canada|"
+    r"germany|deutschland|france|netherlands|nederland|belgium|belgique|luxembourg|switzerland|schweiz|suisse|"
+    r"austria|osterreich|italy|italia|spain|espana|portugal|poland|polska)$"
+)
 # Lines under a name that are more of the name, not the address yet.
 _MORE_NAMES = re.compile(r"(?<![a-z])(?:formerly|known as|licensee|owned by|own by|a member of|branch)(?![a-z])")
 # A line of a name ending so goes on on the next line.
@@ -351,14 +359,17 @@ def address_lines(lines: list[HeaderLine]) -> list[LineRef]:
             break
         if _ends_address(item) or item.role is LineRole.NOISE:
             break
-        if postcode_seen:
-            # After the postcode only a state or a country, or a branch in brackets.
+        postcode = _POSTCODE.search(ref.folded) is not None
+        if postcode_seen and not postcode:
+            # After the postcode only a state or a country, or the branch.
             after_postcode += 1
-            if (after_postcode > 2 or any(ch.isdigit() for ch in ref.text) or len(ref.text.split()) > 4
-                    or _conf(ref) < 0.25):
+            if after_postcode > 2 or len(ref.text.split()) > 4 or _conf(ref) < 0.25:
                 break
         out.append(ref)
-        postcode_seen = postcode_seen or _POSTCODE.search(ref.folded) is not None
+        if postcode:
+            postcode_seen, after_postcode = True, 0
+        if _COUNTRY.search(ref.folded.rstrip(" .,")):
+            break  # nothing of the address comes after the country
         index += 1
     return out
 

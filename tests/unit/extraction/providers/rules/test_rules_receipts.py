@@ -176,6 +176,21 @@ def test_an_accent_the_recogniser_put_on_a_page_written_without_them_is_dropped(
     assert french["company"] == "CAF\u00c9 DE LA GARE"
 
 
+def test_the_country_ends_the_address() -> None:
+    result = read(scanned("SINAR BUKU SDN BHD", "No 8, Jalan 7/1, Desa Tun Razak", "56000 Kuala Lumpur, Malaysia",
+                          "MIDVALE MALL", "Tel : 03-9201 1234"))
+    assert result["address"] == "No 8, Jalan 7/1, Desa Tun Razak 56000 Kuala Lumpur, Malaysia"
+
+
+def test_the_branch_and_a_second_postcode_under_the_postcode_line_are_the_address() -> None:
+    result = read(scanned("77 KEDAI MURAH S/B (512345-X)", "LOT 7, JALAN ANGSA,", "41150 KLANG, SELANGOR",
+                          "1234-TAMAN MELATI", "GST ID. NO : 000181747712"))
+    assert result["address"] == "LOT 7, JALAN ANGSA, 41150 KLANG, SELANGOR 1234-TAMAN MELATI"
+    result = read(scanned("SINAR BULAN SDN BHD", "95, Beach Road, 10300 Penang.", "10400 Penang.",
+                          "Tel:04-262 1234"))
+    assert result["address"] == "95, Beach Road, 10300 Penang. 10400 Penang."
+
+
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
     lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
     assert read(scanned(*lines))["date"] == "2018-03-11"
