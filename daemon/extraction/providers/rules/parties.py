@@ -76,9 +76,10 @@ _LONG_NUMBER = re.compile(r"\d{9,}")
 _DATA_FIELD = re.compile(r"^\s*[A-Za-z][A-Za-z .#/]{0,14}\s?[:;]\s*\S*\d")
 _PRICE = re.compile(r"(?<![\d.,])\d{1,6}[.,]\d{2}(?![\d.,]?\d)")
 _TIME = re.compile(r"(?<!\d)\d{1,2}:\d{2}(?::\d{2})?(?!\d)")
-# A postcode: five digits on their own (Malaysia, Germany, France, the US, ...); not
-# after a letter, where they are a lot or company number ("PT17920", "(S19537-X)").
-_POSTCODE = re.compile(r"(?<![a-z\d.,/-])\d{5}(?![\d.,/-]\d|\d)")
+# A postcode: five digits on their own (Malaysia, Germany, France, the US, ...), maybe
+# glued to the comma before them; not after a letter, where they are a lot or company
+# number ("PT17920", "(S19537-X)").
+_POSTCODE = re.compile(r"(?<![a-z\d./-])\d{5}(?![\d.,/-]\d|\d)")
 # Words that start or make a street address (English and Malay).
 _ADDRESS_WORDS = re.compile(
     r"(?<![a-z])(?:no|lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
@@ -99,6 +100,9 @@ _COUNTRY = re.compile(
     r"germany|deutschland|france|netherlands|nederland|belgium|belgique|luxembourg|switzerland|schweiz|suisse|"
     r"austria|osterreich|italy|italia|spain|espana|portugal|poland|polska)$"
 )
+# A street address's first words, a house number and its comma: "No: G3,", "LOT 12A,"
+# (a document number after "No:" is longer and has no comma after it).
+_HOUSE_NUMBER = re.compile(r"^(?:no|lot)\s?[.:]?\s?[a-z]?\d[\w&/-]{0,6},")
 # Lines under a name that are more of the name, not the address yet.
 _MORE_NAMES = re.compile(r"(?<![a-z])(?:formerly|known as|licensee|owned by|own by|a member of|branch)(?![a-z])")
 # A line of a name ending so goes on on the next line.
@@ -181,7 +185,8 @@ def _role(ref: LineRef, usual_height: float) -> LineRole:
         return LineRole.CONTACT
     if find_dates(ref.text) or _TIME.search(folded):
         return LineRole.DATE
-    street = _STREET_WORDS.search(folded) is not None and any(ch.isdigit() for ch in folded)
+    street = ((_STREET_WORDS.search(folded) is not None and any(ch.isdigit() for ch in folded))
+              or _HOUSE_NUMBER.match(folded) is not None)
     if (_STOP.search(folded) or _GLUED_STOP.search(folded)) and not _LEGAL.search(folded) and not street:
         return LineRole.STOP
     # "TRN: 1CR0576494", "Table : 5", a price: the document's own data.
@@ -256,7 +261,9 @@ def issuer_lines(lines: list[HeaderLine]) -> list[LineRef]:
 
 
 def _close(upper: LineRef, lower: LineRef) -> bool:
-    return lower.line.y0 - upper.line.y1 < 1.2 * max(upper.line.height, lower.line.height)
+    """Printed together: a receipt's line spacing leaves up to about 1.3 line heights
+    between the lines of a block, a blank line over two."""
+    return lower.line.y0 - upper.line.y1 < 1.5 * max(upper.line.height, lower.line.height)
 
 
 def _clean_name(text: str) -> str:
@@ -335,23 +342,16 @@ def address_lines(lines: list[HeaderLine]) -> list[LineRef]:
     if not lines:
         return []
     positions = {id(item.ref): i for i, item in enumerate(lines)}
-    index = positions[id(issuer[-1])] + 1 if issuer and id(issuer[-1]) in positions else 0
-    # Registration numbers, the date and more names (a brand, "formerly known as")
-    # may sit between the name and the address: a street address starts with a
-    # number or a street word.
-    for skipped in range(_BEFORE_ADDRESS + 1):
-        if (index >= len(lines) or skipped == _BEFORE_ADDRESS
-                or lines[index].role in (LineRole.CONTACT, LineRole.STOP)):
-            return []
-        item = lines[index]
-        if (item.role is LineRole.TEXT and not _LEGAL.search(item.ref.folded)
-                and not _MORE_NAMES.search(item.ref.folded)
-                and (any(ch.isdigit() for ch in item.ref.text) or _ADDRESS_WORDS.search(item.ref.folded))):
-            break
-        index += 1
+    first = positions[id(issuer[-1])] + 1 if issuer and id(issuer[-1]) in positions else 0
+    index = _address_start(lines, first)
+    if index is None:
+        return []
     out: list[LineRef] = []
     postcode_seen = False
     after_postcode = 0
+    # After the postcode only a state or a country, or the branch: a few words, or a
+    # few more where the postcode ends its line and the town comes next.
+    words_after = 4
     while index < len(lines) and len(out) < _ADDRESS_LINES:
         item = lines[index]
         ref = item.ref
@@ -359,19 +359,72 @@ def address_lines(lines: list[HeaderLine]) -> list[LineRef]:
             break
         if _ends_address(item) or item.role is LineRole.NOISE:
             break
-        postcode = _POSTCODE.search(ref.folded) is not None
-        if postcode_seen and not postcode:
-            # After the postcode only a state or a country, or the branch.
+        postcode = _POSTCODE.search(ref.folded)
+        if postcode_seen and postcode is None:
             after_postcode += 1
-            if after_postcode > 2 or len(ref.text.split()) > 4 or _conf(ref) < 0.25:
+            if after_postcode > 2 or len(ref.text.split()) > words_after or _conf(ref) < 0.25:
                 break
         out.append(ref)
-        if postcode:
+        if postcode is not None:
             postcode_seen, after_postcode = True, 0
+            words_after = 6 if not ref.folded[postcode.end() :].strip(" .,") else 4
         if _COUNTRY.search(ref.folded.rstrip(" .,")):
             break  # nothing of the address comes after the country
         index += 1
     return out
+
+
+def _address_start(lines: list[HeaderLine], first: int) -> int | None:
+    """Where the address starts among the `header` lines after the name (at `first`).
+
+    The postcode line is the surest sign of an address: the address is the street
+    lines printed right above it. Without a postcode, registration numbers, the
+    date and more names (a brand, "formerly known as") may sit between the name
+    and the address, which starts with a street line.
+    """
+    postcode = _postcode_line(lines, first)
+    if postcode is not None:
+        start = postcode
+        while (start > first and postcode - start < _ADDRESS_LINES - 1 and _more_address(lines[start - 1])
+               and _close(lines[start - 1].ref, lines[start].ref)):
+            start -= 1
+        while start < postcode and not _street_line(lines[start]):
+            start += 1  # a branch's or a mall's name above the address is not part of it
+        return start
+    index = first
+    for skipped in range(_BEFORE_ADDRESS + 1):
+        if (index >= len(lines) or skipped == _BEFORE_ADDRESS
+                or lines[index].role in (LineRole.CONTACT, LineRole.STOP)):
+            return None
+        item = lines[index]
+        if _street_line(item):
+            return index
+        index += 1
+    return None
+
+
+def _postcode_line(lines: list[HeaderLine], first: int) -> int | None:
+    """The first line from `first` with a postcode, before the phone and the document's own data."""
+    for index in range(first, min(len(lines), first + _BEFORE_ADDRESS + _ADDRESS_LINES)):
+        item = lines[index]
+        if _more_address(item) and _POSTCODE.search(item.ref.folded):
+            return index
+        if item.role is LineRole.CONTACT or (
+                item.role is LineRole.STOP and (_STOP.search(item.ref.folded) or _GLUED_STOP.search(item.ref.folded))):
+            return None
+    return None
+
+
+def _more_address(item: HeaderLine) -> bool:
+    """A line that may be part of an address: text, not a name."""
+    folded = item.ref.folded
+    return item.role is LineRole.TEXT and not _LEGAL.search(folded) and not _MORE_NAMES.search(folded)
+
+
+def _street_line(item: HeaderLine) -> bool:
+    """A line that may start an address: with a number or a street word."""
+    folded = item.ref.folded
+    return _more_address(item) and (any(ch.isdigit() for ch in folded) or _ADDRESS_WORDS.search(folded) is not None)
 
 
 _DEBRIS = "‘’“”'\"|~_°•*`"

@@ -191,6 +191,47 @@ def test_the_branch_and_a_second_postcode_under_the_postcode_line_are_the_addres
     assert result["address"] == "95, Beach Road, 10300 Penang. 10400 Penang."
 
 
+def test_the_address_is_the_street_lines_above_its_postcode() -> None:
+    # A branch with a number under the name, a site code, then the address.
+    result = read(scanned("MAJU NIAGA SDN BHD (524463-X)", "Kedaimart@KP2", "GST Reg No 001532760064",
+                          "Lot No2, Jalan Utarid U5/13,", "Seksyen U5, 40150 Shah Alam,", "Tel: (+603)7831 0109"))
+    assert result["address"] == "Lot No2, Jalan Utarid U5/13, Seksyen U5, 40150 Shah Alam,"
+    result = read(scanned("MAJU MINYAK SDN BHD", "Company No 20965-", "Site: 1046", "176 JLN SUNGEI BESI",
+                          "57100 KUALA LUMPUR", "Telephone: 03-9221345"))
+    assert result["address"] == "176 JLN SUNGEI BESI 57100 KUALA LUMPUR"
+    # A mall's name right above the address is not part of it.
+    result = read(scanned("MAJU HANDEL SDN BHD", "(1074617K)", "MAJU Cheras", "No 2A Jalan Cochrane",
+                          "Taman Maluri", "55100 KUALA LUMPUR", "GST No.: 000115154944"))
+    assert result["address"] == "No 2A Jalan Cochrane Taman Maluri 55100 KUALA LUMPUR"
+
+
+def test_more_names_under_the_name_and_a_postcode_after_a_comma() -> None:
+    result = read(scanned("Gerbang Maju Restaurants Sdn Bhd", "(65351-M)", "formerly known as",
+                          "Golden Maju Restaurants Sdn Bhd", "Licensee of Maju Burger", "Level 6, Bangunan TH, Uptown3",
+                          "No.3, Jalan SS21/39,47400 Petaling Jaya", "Selangor", "(GST ID No: 000504664064)"))
+    assert result["address"] == "Level 6, Bangunan TH, Uptown3 No.3, Jalan SS21/39,47400 Petaling Jaya Selangor"
+
+
+def test_a_house_number_after_no_starts_the_address() -> None:
+    result = read(scanned("MAJU Hardware Centre (M) Sdn. Bhd.", "Co. Reg. No.: 795225-A", "No: G3, Blk G, Jln PJU 1A/3,",
+                          "Ara Damansara, 47301", "Petaling Jaya, Selangor Darul Ehsan.", "TEL:03-78326929"))
+    # The postcode ends its line: the town and the state come next, in more words.
+    assert result["address"] == \
+        "No: G3, Blk G, Jln PJU 1A/3, Ara Damansara, 47301 Petaling Jaya, Selangor Darul Ehsan."
+    # A document's number after "No:" is not.
+    assert "address" not in read(scanned("MAJU Hardware Sdn. Bhd.", "No: 00123456", "TEL:03-78326929"))
+
+
+def test_an_address_printed_with_wide_line_spacing_holds_together() -> None:
+    texts = ("MAJU STATIONERY SDN BHD", "(Co. No.: 123769-W)", "F-G-01 JALAN SS 6/5B", "Dataran Glomac, Kelana Jaya",
+             "47301 Petaling Jaya. Selangor", "03-7880 5750")
+    # Lines 18 high, 40 apart: the gap between them is 1.2 times their height.
+    page = Page(1, 600.0, 400.0, tuple(Line((Word(text, 10.0, 40.0 * row, 300.0, 40.0 * row + 18, 0.95),))
+                                       for row, text in enumerate(texts)), ocr=True)
+    assert read(Document((page,)))["address"] == \
+        "F-G-01 JALAN SS 6/5B Dataran Glomac, Kelana Jaya 47301 Petaling Jaya. Selangor"
+
+
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
     lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
     assert read(scanned(*lines))["date"] == "2018-03-11"
