@@ -320,7 +320,7 @@ def vendor_candidate(lines: list[HeaderLine]) -> Candidate | None:
     folded = " ".join(r.folded for r in name)
     if _LEGAL.search(folded):
         text = _TRAILING_NUMBER.sub("", text)
-    text = _spaced_brackets(_repair_suffix(text))
+    text = _mended_letters(_spaced_brackets(_repair_suffix(text)))
     suffixes = list(_CORPORATE.finditer(text))
     if suffixes and any(ch.isdigit() for ch in text[suffixes[-1].end() :]):
         text = text[: suffixes[-1].end()]
@@ -435,6 +435,14 @@ def _clean_line(text: str) -> str:
     return " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " ")
 
 
+# A capital I inside a word otherwise in lower case is a misread l: "WorId", "JIn", "BIk".
+_CAPITAL_I = re.compile(r"(?<=[a-z])I(?=[a-z])|(?<=\b[A-Z])I(?=[a-z]+\b)")
+
+
+def _mended_letters(text: str) -> str:
+    return _CAPITAL_I.sub("l", text)
+
+
 # A postcode with the space before its town lost: "43200Cheras".
 _GLUED_TOWN = re.compile(r"(?<![A-Za-z\d])(\d{5})(?=[A-Za-z]{2})")
 # A full stop read twice: "KL..".
@@ -443,7 +451,7 @@ _DOUBLED_STOP = re.compile(r"(?<=\w)\.\.(?!\.)")
 
 def _spaced_address(text: str) -> str:
     """The address with the spacing and stops OCR garbled between its words mended."""
-    return _DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text))
+    return _mended_letters(_DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text)))
 
 
 def address_candidate(lines: list[HeaderLine]) -> Candidate | None:

@@ -232,6 +232,15 @@ def test_an_address_printed_with_wide_line_spacing_holds_together() -> None:
         "F-G-01 JALAN SS 6/5B Dataran Glomac, Kelana Jaya 47301 Petaling Jaya. Selangor"
 
 
+def test_a_capital_i_inside_a_lower_case_word_is_a_misread_l() -> None:
+    result = read(scanned("Taste Of The WorId Sdn Bhd", "No: G3, BIk G, JIn PJU 1A/3,", "47301 Petaling Jaya",
+                          "Tel: 03-7832 6929"))
+    assert result["company"] == "Taste Of The World Sdn Bhd"
+    assert result["address"] == "No: G3, Blk G, Jln PJU 1A/3, 47301 Petaling Jaya"
+    # Capitals stay capitals.
+    assert read(scanned("AIK HUAT SDN BHD", "NO. 1, JALAN SATU"))["company"] == "AIK HUAT SDN BHD"
+
+
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
     lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
     assert read(scanned(*lines))["date"] == "2018-03-11"
