@@ -86,6 +86,26 @@ _ADDRESS_WORDS = re.compile(
     r"bandar|kawasan|kampung|kg|blok|block|batu|seksyen|wisma|menara|bangunan|kompleks|plaza|street|st|road|"
     r"rd|avenue|ave|lane|ln|drive|building|suite|unit|industrial|park|square|centre|center)(?![a-z])"
 )
+# A word read with i, 1 or I for an l ("Jaian", "J1n"): which address word it is.
+_MISREAD_L = re.compile(r"[a-z1]*[i1][a-z1]*", re.IGNORECASE)
+
+
+def _street_words(text: str) -> str:
+    """`text` with its address words' l mended where OCR read it i, 1 or I ("Jaian" -> "Jalan")."""
+
+    def mend(match: re.Match[str]) -> str:
+        word = match.group()
+        if _ADDRESS_WORDS.fullmatch(word.lower()):
+            return word
+        for misread in ("i", "1", "I"):
+            mended = word.replace(misread, "L" if word.isupper() else "l")
+            if mended != word and _ADDRESS_WORDS.fullmatch(mended.lower()):
+                return mended
+        return word
+
+    return _MISREAD_L.sub(mend, text) if ("i" in text or "1" in text or "I" in text) else text
+
+
 # The same without "no", which also starts the document's own numbers.
 _STREET_WORDS = re.compile(
     r"(?<![a-z])(?:lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
@@ -210,7 +230,7 @@ def _substantial(ref: LineRef) -> bool:
 
 def _address_like(ref: LineRef) -> bool:
     return _POSTCODE.search(ref.folded) is not None or (
-        _ADDRESS_WORDS.search(ref.folded) is not None and any(ch.isdigit() for ch in ref.text))
+        _ADDRESS_WORDS.search(_street_words(ref.folded)) is not None and any(ch.isdigit() for ch in ref.text))
 
 
 def issuer_lines(lines: list[HeaderLine]) -> list[LineRef]:
@@ -352,11 +372,16 @@ def address_lines(lines: list[HeaderLine]) -> list[LineRef]:
     # After the postcode only a state or a country, or the branch: a few words, or a
     # few more where the postcode ends its line and the town comes next.
     words_after = 4
+    widest = 0.0  # the widest gap between the address's lines so far
     while index < len(lines) and len(out) < _ADDRESS_LINES:
         item = lines[index]
         ref = item.ref
-        if out and not _close(out[-1], ref):
-            break
+        if out:
+            gap = ref.line.y0 - out[-1].line.y1
+            # Apart, or much further apart than the address's lines are: another block.
+            if not _close(out[-1], ref) or (len(out) >= 2 and gap > max(2 * widest, 0.5 * ref.line.height)):
+                break
+            widest = max(widest, gap)
         if _ends_address(item) or item.role is LineRole.NOISE:
             break
         postcode = _POSTCODE.search(ref.folded)
@@ -424,7 +449,8 @@ def _more_address(item: HeaderLine) -> bool:
 def _street_line(item: HeaderLine) -> bool:
     """A line that may start an address: with a number or a street word."""
     folded = item.ref.folded
-    return _more_address(item) and (any(ch.isdigit() for ch in folded) or _ADDRESS_WORDS.search(folded) is not None)
+    return _more_address(item) and (any(ch.isdigit() for ch in folded)
+                                    or _ADDRESS_WORDS.search(_street_words(folded)) is not None)
 
 
 _DEBRIS = "‘’“”'\"|~_°•*`"
@@ -451,7 +477,7 @@ _DOUBLED_STOP = re.compile(r"(?<=\w)\.\.(?!\.)")
 
 def _spaced_address(text: str) -> str:
     """The address with the spacing and stops OCR garbled between its words mended."""
-    return _mended_letters(_DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text)))
+    return _street_words(_mended_letters(_DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text))))
 
 
 def address_candidate(lines: list[HeaderLine]) -> Candidate | None:

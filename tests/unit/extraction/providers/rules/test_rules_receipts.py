@@ -241,6 +241,22 @@ def test_a_capital_i_inside_a_lower_case_word_is_a_misread_l() -> None:
     assert read(scanned("AIK HUAT SDN BHD", "NO. 1, JALAN SATU"))["company"] == "AIK HUAT SDN BHD"
 
 
+def test_an_address_word_read_with_i_for_l_is_mended() -> None:
+    result = read(scanned("MAJU Petrol Subang", "Jaian Lapangan Terbang Subang", "47200 Subang", "Selangor",
+                          "CO. REG. NO: 000948487-V"))
+    assert result["address"] == "Jalan Lapangan Terbang Subang 47200 Subang Selangor"
+
+
+def test_a_line_further_below_the_address_than_its_lines_are_apart_is_not_part_of_it() -> None:
+    def line(text: str, top: float) -> Line:
+        return Line((Word(text, 10.0, top, 300.0, top + 30.0, 0.95),))
+
+    rows = [("MAJU Petrol Subang", 0.0), ("Jalan Lapangan Terbang", 40.0), ("47200 Subang", 80.0),
+            ("Selangor", 120.0), ("Maju Servport", 190.0), ("CO. REG. NO: 000948487-V", 230.0)]
+    page = Page(1, 400.0, 400.0, tuple(line(text, top) for text, top in rows), ocr=True)
+    assert read(Document((page,)))["address"] == "Jalan Lapangan Terbang 47200 Subang Selangor"
+
+
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
     lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
     assert read(scanned(*lines))["date"] == "2018-03-11"
