@@ -297,10 +297,17 @@ def _clean_name(text: str) -> str:
     return " ".join(words)
 
 
+# SDN BHD with a space inside a word, none between the words, or a hyphen before it.
+_SUFFIX_SPACING = re.compile(r"(?:(?<=[A-Za-z])(-)|(?<![A-Za-z]))(?=S DN|SDNBHD|SDN BHD)(S) ?(DN) ?(BHD)(?![A-Za-z])",
+                             re.IGNORECASE)
+
+
 def _repair_suffix(text: str) -> str:
     """"SON BHD", "SDN BED" -> "SDN BHD": a misread letter in the commonest legal
     suffix of the kind, mended when the other word of the pair is read right;
-    "5/B" -> "S/B" as the name's last word."""
+    "5/B" -> "S/B" as the name's last word; the pair's spacing as printed
+    ("S DN BHD", "SDNBHD", "INTERNATIONAL-SDN BHD")."""
+    text = _SUFFIX_SPACING.sub(lambda m: f"{' ' if m.group(1) else ''}{m.group(2)}{m.group(3)} {m.group(4)}", text)
     words = text.split(" ")
     if words and words[-1].upper() == "5/B":
         words[-1] = "S/B"

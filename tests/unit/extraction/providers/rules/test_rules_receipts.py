@@ -87,6 +87,13 @@ def test_a_misread_legal_suffix_is_mended() -> None:
     assert read(scanned("Maju Makmur Sdn Bed", "No. 1, Jalan Satu"))["company"] == "Maju Makmur Sdn Bhd"
 
 
+def test_the_spacing_of_sdn_bhd_is_mended() -> None:
+    for misread in ("MAJU MAKMUR S DN BHD", "MAJU MAKMUR SDNBHD", "MAJU MAKMUR-SDN BHD"):
+        assert read(scanned(misread, "NO. 1, JALAN SATU"))["company"] == "MAJU MAKMUR SDN BHD"
+    # Its full stops are as printed.
+    assert read(scanned("Maju Makmur Sdn. Bhd.", "No. 1, Jalan Satu"))["company"] == "Maju Makmur Sdn. Bhd."
+
+
 def test_a_line_that_starts_with_a_legal_suffix_ends_the_name_above_it() -> None:
     result = read(scanned("SINAR BUKU", "CO. (M) SDN BHD", "(Co. No. 123456-W)", "NO 8, JALAN 7/1,",
                           "56000 KUALA LUMPUR"))
