@@ -251,6 +251,21 @@ def issuer_lines(lines: list[HeaderLine]) -> list[LineRef]:
     chosen = next((i for i in names if _LEGAL.search(lines[i].ref.folded)), None)
     if chosen is None:
         chosen = next((i for i in names if _substantial(lines[i].ref)), names[0])
+    out = _name_from(lines, chosen)
+    # A trade name with a weak suffix ("... TEA & CO.") above the registered company
+    # that owns the shop ("owned by ... SDN. BHD."): the registered name is the issuer.
+    if not _CORPORATE.search(" ".join(ref.text for ref in out)):
+        taken = {id(ref) for ref in out}
+        registered = next((i for i in names if id(lines[i].ref) not in taken and i > chosen
+                           and _CORPORATE.search(lines[i].ref.text)), None)
+        if registered is not None:
+            out = _name_from(lines, registered)
+    return out
+
+
+def _name_from(lines: list[HeaderLine], chosen: int) -> list[LineRef]:
+    """The name's lines around the `header` line at `chosen`: the line above it it
+    continues, and the lines below that continue it."""
     start = chosen
     # A name over two lines: "AIK HUAT HARDWARE" / "ENTERPRISE (SETIA" / "ALAM) SDN BHD".
     if start > 0:

@@ -87,6 +87,15 @@ def test_a_misread_legal_suffix_is_mended() -> None:
     assert read(scanned("Maju Makmur Sdn Bed", "No. 1, Jalan Satu"))["company"] == "Maju Makmur Sdn Bhd"
 
 
+def test_the_registered_company_under_a_trade_name_with_a_weak_suffix_is_the_issuer() -> None:
+    result = read(scanned("SIAM MILK TEA & CO.", "Dimiliki oleh MAJU F&B SDN. BHD.", "(1219716-T)",
+                          "LOT NO.: 4F-27, 4TH FLOOR", "TEL: 03-7887 1234"))
+    assert result["company"] == "Dimiliki oleh MAJU F&B SDN. BHD."
+    # A name whose registered form is on its last line is one name.
+    assert read(scanned("AIK MAJU HARDWARE", "ENTERPRISE (SETIA", "ALAM) SDN BHD", "NO. 17-G, JALAN SETIA 1,"))[
+        "company"] == "AIK MAJU HARDWARE ENTERPRISE (SETIA ALAM) SDN BHD"
+
+
 def test_the_spacing_of_sdn_bhd_is_mended() -> None:
     for misread in ("MAJU MAKMUR S DN BHD", "MAJU MAKMUR SDNBHD", "MAJU MAKMUR-SDN BHD"):
         assert read(scanned(misread, "NO. 1, JALAN SATU"))["company"] == "MAJU MAKMUR SDN BHD"
