@@ -404,6 +404,9 @@ def address_lines(lines: list[HeaderLine]) -> list[LineRef]:
             if not _close(out[-1], ref) or (len(out) >= 2 and gap > max(2 * widest, 0.5 * ref.line.height)):
                 break
             widest = max(widest, gap)
+        if item.role is LineRole.CONTACT and out and _POSTCODE.search(_before_contact(ref.folded)):
+            out.append(ref)  # the town and the phone on one line: the part before the phone
+            break
         if _ends_address(item) or item.role is LineRole.NOISE:
             break
         postcode = _POSTCODE.search(ref.folded)
@@ -502,11 +505,22 @@ def _spaced_address(text: str) -> str:
     return _street_words(_mended_letters(_DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text))))
 
 
+# Where a line's phone, fax or e-mail starts: its label (maybe misread, "Te1"), else the number.
+_CONTACT_START = re.compile(rf"(?i)(?<![a-z])(?:te[l1]|phone|telephone|fax|h/?p|mobile|e-?mail)(?![a-z])|"
+                            rf"{_PHONE_NUMBER.pattern}")
+
+
+def _before_contact(text: str) -> str:
+    """A line up to the phone, fax or e-mail printed after the address on it."""
+    found = _CONTACT_START.search(text)
+    return text[: found.start()] if found is not None and found.start() > 0 else text
+
+
 def address_candidate(lines: list[HeaderLine]) -> Candidate | None:
     """The issuer's postal address read from the `header` lines."""
     out = address_lines(lines)
     if not out:
         return None
-    text = _spaced_address(" ".join(part for part in (_clean_line(ref.text) for ref in out) if part))
+    text = _spaced_address(" ".join(part for part in (_clean_line(_before_contact(ref.text)) for ref in out) if part))
     score = 0.6 if any(ch.isdigit() for ch in text) else 0.35
     return Candidate(text, score, out[0], 0, len(out[0].text), out[0].text, extra=out[1:])

@@ -273,6 +273,12 @@ def test_a_line_further_below_the_address_than_its_lines_are_apart_is_not_part_o
     assert read(Document((page,)))["address"] == "Jalan Lapangan Terbang 47200 Subang Selangor"
 
 
+def test_the_town_printed_with_the_phone_ends_the_address_before_the_phone() -> None:
+    result = read(scanned("MAJU CAKE HOUSE SDN BHD", "No.1, Jalan Permas 10/5, Bandar Baru Permas Jaya",
+                          "81750 Johor Bahru, Johor. Te1 No.: 07-387 3322", "www.majucake.com"))
+    assert result["address"] == "No.1, Jalan Permas 10/5, Bandar Baru Permas Jaya 81750 Johor Bahru, Johor."
+
+
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
     lines = ("KEDAI MURAH SDN BHD", "NO. 1, JALAN SATU", "Order No. 1000219 11/03/2018 06:20 PM", "TOTAL     9.00")
     assert read(scanned(*lines))["date"] == "2018-03-11"
