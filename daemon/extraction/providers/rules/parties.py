@@ -39,12 +39,14 @@ _LEGAL = re.compile(rf"(?<![a-z])(?:{_SUFFIXES}|perniagaan|syarikat|kedai)(?![a-
 # A line that starts with a suffix ("CO. (M) SDN BHD", "(SETIA ALAM) SDN BHD") ends the name begun above it.
 _SUFFIX_FIRST = re.compile(rf"^(?:\(|(?:{_SUFFIXES})(?![a-z]))")
 # Trades written in a shop's name: a weaker sign than a legal suffix.
-_TRADE = re.compile(
-    r"(?<![a-z])(?:restaurant|restoran|cafe|bistro|kitchen|kitchenette|bakery|hardware|mart|market|supermarket|"
-    r"minimarket|store|stores|shop|stationery|books|bookstore|pharmacy|farmasi|hotel|motor|motors|electrical|"
-    r"machinery|delights|gallery|station|services|industries|international|holdings|group|pub|bar|food|foods|"
-    r"tea|coffee|petrol|pet|deco|pasar|cash\s*(?:&|and)\s*carry)(?![a-z])"
-)
+_TRADES = (r"restaurant|restoran|cafe|bistro|kitchen|kitchenette|bakery|hardware|mart|market|supermarket|"
+           r"minimarket|store|stores|shop|stationery|books|bookstore|pharmacy|farmasi|hotel|motor|motors|electrical|"
+           r"machinery|delights|gallery|station|services|industries|international|holdings|group|pub|bar|food|foods|"
+           r"tea|coffee|petrol|pet|deco|pasar")
+_TRADE = re.compile(rf"(?<![a-z])(?:{_TRADES}|cash\s*(?:&|and)\s*carry)(?![a-z])")
+# A trade or a legal word of four letters or more at the end of a run of capitals.
+_GLUED_WORD = re.compile(rf"(?<=[A-Z]{{3}})(?=[A-Z]{{4}})(?:{_TRADES.upper()}|ENTERPRISES?|TRADING|TRADERS|LIMITED|"
+                         r"BERHAD)$")
 # Lines that are no longer the issuer's name or address: the document's own data
 # (a wholesaler's trade, "CASH & CARRY", is not the payment "CASH").
 _STOP = re.compile(
@@ -349,6 +351,18 @@ _OPEN_GLUED = re.compile(r"(?<=[A-Za-z.])\((?=[A-Za-z])")
 _CLOSE_GLUED = re.compile(r"(?<=[A-Za-z])\)(?=[A-Za-z])")
 
 
+def _unglued(text: str) -> str:
+    """A name read without a single space ("SANYUSTATIONERYSHOP"): OCR lost them all, and
+    the trade and legal words at its end are set off again ("SANYU STATIONERY SHOP"). A
+    name read with spaces keeps its glued words: they may be printed so."""
+    if len(text) < 12 or not text.isalpha() or not text.isupper():
+        return text
+    tail = ""
+    while (word := _GLUED_WORD.search(text)) is not None:
+        text, tail = text[: word.start()], f" {word.group()}{tail}"
+    return text + tail
+
+
 def _near(word: str, target: str) -> bool:
     return sum(a != b for a, b in zip(word, target, strict=True)) <= 1
 
@@ -362,7 +376,7 @@ def vendor_candidate(lines: list[HeaderLine]) -> Candidate | None:
     folded = " ".join(r.folded for r in name)
     if _LEGAL.search(folded):
         text = _TRAILING_NUMBER.sub("", text)
-    text = _mended_letters(_spaced_brackets(_repair_suffix(text)))
+    text = _mended_letters(_spaced_brackets(_repair_suffix(_unglued(text))))
     suffixes = list(_CORPORATE.finditer(text))
     if suffixes and any(ch.isdigit() for ch in text[suffixes[-1].end() :]):
         text = text[: suffixes[-1].end()]

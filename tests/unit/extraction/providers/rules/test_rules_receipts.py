@@ -96,6 +96,13 @@ def test_the_registered_company_under_a_trade_name_with_a_weak_suffix_is_the_iss
         "company"] == "AIK MAJU HARDWARE ENTERPRISE (SETIA ALAM) SDN BHD"
 
 
+def test_a_name_read_without_a_single_space_gets_its_trade_words_back() -> None:
+    assert read(scanned("BINTANGBOOKSTATIONERYSHOP", "NO. 31G, JALAN SETIA 1,"))["company"] == \
+        "BINTANGBOOK STATIONERY SHOP"
+    # A name read with spaces keeps the words it prints glued.
+    assert read(scanned("RESTORAN MAJUBISTRO", "NO. 31G, JALAN SETIA 1,"))["company"] == "RESTORAN MAJUBISTRO"
+
+
 def test_the_spacing_of_sdn_bhd_is_mended() -> None:
     for misread in ("MAJU MAKMUR S DN BHD", "MAJU MAKMUR SDNBHD", "MAJU MAKMUR-SDN BHD"):
         assert read(scanned(misread, "NO. 1, JALAN SATU"))["company"] == "MAJU MAKMUR SDN BHD"
