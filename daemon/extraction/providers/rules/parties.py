@@ -32,8 +32,8 @@ _ADDRESS_LINES = 6
 # Words of a business's legal name: a line with one is the registered name. Most
 # end the name (SDN BHD, LTD, GMBH); a few start it (PERNIAGAAN, SYARIKAT).
 # "5/B" is S/B misread where a suffix stands: at the end of the line or before the company number.
-_SUFFIXES = (r"sdn\.?\s*bhd|bhd|berhad|s/b|5/b(?=\s*[(\[]|\s*$)|sdn|enterprises?|trading|traders|ltd|limited|llc|l\.l\.c|inc|"
-             r"incorporated|corp|corporation|co|company|gmbh|b\.v|n\.v|s\.a|s\.a\.s|sarl|s\.r\.l|s\.p\.a|"
+_SUFFIXES = (r"sdn\.?\s*bhd|bhd|berhad|s/b|5/b(?=\s*[(\[]|\s*$)|sdn|enterprises?|trading|traders|ltd|limited|"
+             r"llc|l\.l\.c|inc|incorporated|corp|corporation|co|company|gmbh|b\.v|n\.v|s\.a|s\.a\.s|sarl|s\.r\.l|s\.p\.a|"
              r"sp\.?\s?z\s?o\.?o|plc|pte|pty")
 _LEGAL = re.compile(rf"(?<![a-z])(?:{_SUFFIXES}|perniagaan|syarikat|kedai)(?![a-z])")
 # A line that starts with a suffix ("CO. (M) SDN BHD", "(SETIA ALAM) SDN BHD") ends the name begun above it.
@@ -51,8 +51,8 @@ _GLUED_WORD = re.compile(rf"(?<=[A-Z]{{3}})(?=[A-Z]{{4}})(?:{_TRADES.upper()}|EN
 # (a wholesaler's trade, "CASH & CARRY", is not the payment "CASH").
 _STOP = re.compile(
     r"(?<![a-z])(?:tel|tel\.|phone|telephone|fax|hp|h/p|mobile|e-?mail|www|http|gst|vat|tax|invoice|receipt|"
-    r"bill|cash(?!\s*(?:&|and)\s*carry)|date|time|cashier|table|order|no\.? ?:|reg\.? ?no|registration|roc|co\.? ?no|company no|"
-    r"ssm|tin|npwp|kvk|siret|abn|acn|uen|document|doc|ref|member|customer|counter|pos|terminal|"
+    r"bill|cash(?!\s*(?:&|and)\s*carry)|date|time|cashier|table|order|no\.? ?:|reg\.? ?no|registration|roc|"
+    r"co\.? ?no|company no|ssm|tin|npwp|kvk|siret|abn|acn|uen|document|doc|ref|member|customer|counter|pos|terminal|"
     r"qty|description|item|price|amount|total|operator|trans|slip|welcome|thank)(?![a-z])"
 )
 # A sentence to the customer ("Goods sold are not returnable", "Items must be ..."): a

@@ -236,8 +236,9 @@ def test_more_names_under_the_name_and_a_postcode_after_a_comma() -> None:
 
 
 def test_a_house_number_after_no_starts_the_address() -> None:
-    result = read(scanned("MAJU Hardware Centre (M) Sdn. Bhd.", "Co. Reg. No.: 795225-A", "No: G3, Blk G, Jln PJU 1A/3,",
-                          "Ara Damansara, 47301", "Petaling Jaya, Selangor Darul Ehsan.", "TEL:03-78326929"))
+    result = read(scanned("MAJU Hardware Centre (M) Sdn. Bhd.", "Co. Reg. No.: 795225-A",
+                          "No: G3, Blk G, Jln PJU 1A/3,", "Ara Damansara, 47301",
+                          "Petaling Jaya, Selangor Darul Ehsan.", "TEL:03-78326929"))
     # The postcode ends its line: the town and the state come next, in more words.
     assert result["address"] == \
         "No: G3, Blk G, Jln PJU 1A/3, Ara Damansara, 47301 Petaling Jaya, Selangor Darul Ehsan."
