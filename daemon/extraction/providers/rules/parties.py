@@ -513,10 +513,15 @@ _GLUED_TOWN = re.compile(r"(?<![A-Za-z\d])(\d{5})(?=[A-Za-z]{2})")
 # A full stop read twice: "KL..".
 _DOUBLED_STOP = re.compile(r"(?<=\w)\.\.(?!\.)")
 
+# A full stop inside an address after a word (not an abbreviation: "JLN.", "P.T.") or a
+# number: the comma that separates an address's parts, read as a stop in a small print.
+_INNER_STOP = re.compile(r"(?:(?<=[A-Za-z]{4})|(?<=\d))\.(?= \S)")
+
 
 def _spaced_address(text: str) -> str:
     """The address with the spacing and stops OCR garbled between its words mended."""
-    return _street_words(_mended_letters(_DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text))))
+    text = _street_words(_mended_letters(_DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text))))
+    return _INNER_STOP.sub(",", text)
 
 
 # Where a line's phone, fax or e-mail starts: its label (maybe misread, "Te1"), else the number.

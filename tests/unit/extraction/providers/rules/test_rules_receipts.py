@@ -209,9 +209,9 @@ def test_the_branch_and_a_second_postcode_under_the_postcode_line_are_the_addres
     result = read(scanned("77 KEDAI MURAH S/B (512345-X)", "LOT 7, JALAN ANGSA,", "41150 KLANG, SELANGOR",
                           "1234-TAMAN MELATI", "GST ID. NO : 000181747712"))
     assert result["address"] == "LOT 7, JALAN ANGSA, 41150 KLANG, SELANGOR 1234-TAMAN MELATI"
-    result = read(scanned("SINAR BULAN SDN BHD", "95, Beach Road, 10300 Penang.", "10400 Penang.",
+    result = read(scanned("SINAR BULAN SDN BHD", "95, Beach Road, 10300 Penang,", "10400 Penang.",
                           "Tel:04-262 1234"))
-    assert result["address"] == "95, Beach Road, 10300 Penang. 10400 Penang."
+    assert result["address"] == "95, Beach Road, 10300 Penang, 10400 Penang."
 
 
 def test_the_address_is_the_street_lines_above_its_postcode() -> None:
@@ -248,12 +248,12 @@ def test_a_house_number_after_no_starts_the_address() -> None:
 
 def test_an_address_printed_with_wide_line_spacing_holds_together() -> None:
     texts = ("MAJU STATIONERY SDN BHD", "(Co. No.: 123769-W)", "F-G-01 JALAN SS 6/5B", "Dataran Glomac, Kelana Jaya",
-             "47301 Petaling Jaya. Selangor", "03-7880 5750")
+             "47301 Petaling Jaya, Selangor", "03-7880 5750")
     # Lines 18 high, 40 apart: the gap between them is 1.2 times their height.
     page = Page(1, 600.0, 400.0, tuple(Line((Word(text, 10.0, 40.0 * row, 300.0, 40.0 * row + 18, 0.95),))
                                        for row, text in enumerate(texts)), ocr=True)
     assert read(Document((page,)))["address"] == \
-        "F-G-01 JALAN SS 6/5B Dataran Glomac, Kelana Jaya 47301 Petaling Jaya. Selangor"
+        "F-G-01 JALAN SS 6/5B Dataran Glomac, Kelana Jaya 47301 Petaling Jaya, Selangor"
 
 
 def test_a_capital_i_inside_a_lower_case_word_is_a_misread_l() -> None:
@@ -285,6 +285,15 @@ def test_the_town_printed_with_the_phone_ends_the_address_before_the_phone() -> 
     result = read(scanned("MAJU CAKE HOUSE SDN BHD", "No.1, Jalan Permas 10/5, Bandar Baru Permas Jaya",
                           "81750 Johor Bahru, Johor. Te1 No.: 07-387 3322", "www.majucake.com"))
     assert result["address"] == "No.1, Jalan Permas 10/5, Bandar Baru Permas Jaya 81750 Johor Bahru, Johor."
+
+
+def test_a_full_stop_between_the_parts_of_an_address_is_its_comma() -> None:
+    result = read(scanned("Rasa Dunia Sdn Bhd", "965857-A", "Lot 38. 39 Boulevard. Jalan Kenari 5.",
+                          "47170 Puchong. Selangor.", "TEL: 03 - 8079 0255"))
+    # Abbreviations keep their stops, and so does the end.
+    assert result["address"] == "Lot 38, 39 Boulevard, Jalan Kenari 5, 47170 Puchong, Selangor."
+    assert read(scanned("Rasa Dunia Sdn Bhd", "LOT P.T. 2811, JLN. ANGSA,", "41150 KLANG"))["address"] == \
+        "LOT P.T. 2811, JLN. ANGSA, 41150 KLANG"
 
 
 def test_a_label_that_names_a_number_before_the_date_does_not_refuse_the_date() -> None:
