@@ -510,8 +510,8 @@ def _mended_letters(text: str) -> str:
 
 # A postcode with the space before its town lost: "43200Cheras".
 _GLUED_TOWN = re.compile(r"(?<![A-Za-z\d])(\d{5})(?=[A-Za-z]{2})")
-# A full stop read twice: "KL..".
-_DOUBLED_STOP = re.compile(r"(?<=\w)\.\.(?!\.)")
+# A full stop read twice ("KL.."), or read beside the comma it is a speck of ("SELATAN.,").
+_DOUBLED_STOP = re.compile(r"(?<=\w)\.(?=\.(?!\.)|,)")
 
 # A full stop inside an address after a word (not an abbreviation: "JLN.", "P.T.") or a
 # number: the comma that separates an address's parts, read as a stop in a small print.
@@ -520,7 +520,7 @@ _INNER_STOP = re.compile(r"(?:(?<=[A-Za-z]{4})|(?<=\d))\.(?= \S)")
 
 def _spaced_address(text: str) -> str:
     """The address with the spacing and stops OCR garbled between its words mended."""
-    text = _street_words(_mended_letters(_DOUBLED_STOP.sub(".", _GLUED_TOWN.sub(r"\1 ", text))))
+    text = _street_words(_mended_letters(_DOUBLED_STOP.sub("", _GLUED_TOWN.sub(r"\1 ", text))))
     return _INNER_STOP.sub(",", text)
 
 

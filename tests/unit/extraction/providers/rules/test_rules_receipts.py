@@ -182,10 +182,13 @@ def test_the_address_skips_the_date_and_the_registration_number_under_the_name()
     assert result["address"] == "12, Jalan Tampoi 7/4,Kawasan Perindustrian Tampoi,81200 Johor Bahru,Johor"
 
 
-def test_a_postcode_glued_to_its_town_and_a_stop_read_twice_are_mended() -> None:
+def test_a_postcode_glued_to_its_town_and_a_stop_read_twice_or_beside_a_comma_are_mended() -> None:
     result = read(scanned("SINAR BULAN SDN BHD", "No.2, Jalan Mawar 19/9,", "43200Cheras, Selangor..",
                           "Tel: 03-9075 1234"))
     assert result["address"] == "No.2, Jalan Mawar 19/9, 43200 Cheras, Selangor."
+    result = read(scanned("SINAR BULAN SDN BHD", "LOT R1, LEBUHRAYA UTARA SELATAN.,", "84600,PAGOH,JOHOR",
+                          "Tel: 06-975 1234"))
+    assert result["address"] == "LOT R1, LEBUHRAYA UTARA SELATAN, 84600,PAGOH,JOHOR"
 
 
 def test_an_accent_the_recogniser_put_on_a_page_written_without_them_is_dropped() -> None:
