@@ -88,26 +88,6 @@ _ADDRESS_WORDS = re.compile(
     r"bandar|kawasan|kampung|kg|blok|block|batu|seksyen|wisma|menara|bangunan|kompleks|plaza|street|st|road|"
     r"rd|avenue|ave|lane|ln|drive|building|suite|unit|industrial|park|square|centre|center)(?![a-z])"
 )
-# A word read with i, 1 or I for an l ("Jaian", "J1n"): which address word it is.
-_MISREAD_L = re.compile(r"[a-z1]*[i1][a-z1]*", re.IGNORECASE)
-
-
-def _street_words(text: str) -> str:
-    """`text` with its address words' l mended where OCR read it i, 1 or I ("Jaian" -> "Jalan")."""
-
-    def mend(match: re.Match[str]) -> str:
-        word = match.group()
-        if _ADDRESS_WORDS.fullmatch(word.lower()):
-            return word
-        for misread in ("i", "1", "I"):
-            mended = word.replace(misread, "L" if word.isupper() else "l")
-            if mended != word and _ADDRESS_WORDS.fullmatch(mended.lower()):
-                return mended
-        return word
-
-    return _MISREAD_L.sub(mend, text) if ("i" in text or "1" in text or "I" in text) else text
-
-
 # The same without "no", which also starts the document's own numbers.
 _STREET_WORDS = re.compile(
     r"(?<![a-z])(?:lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
@@ -498,6 +478,26 @@ _DEBRIS = "‘’“”'\"|~_°•*`"
 def _clean_line(text: str) -> str:
     """A line without the marks OCR reads into the margin beside it."""
     return " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " ")
+
+
+# A word read with i, 1 or I for an l ("Jaian", "J1n"): which address word it is.
+_MISREAD_L = re.compile(r"[a-z1]*[i1][a-z1]*", re.IGNORECASE)
+
+
+def _street_words(text: str) -> str:
+    """`text` with its address words' l mended where OCR read it i, 1 or I ("Jaian" -> "Jalan")."""
+
+    def mend(match: re.Match[str]) -> str:
+        word = match.group()
+        if _ADDRESS_WORDS.fullmatch(word.lower()):
+            return word
+        for misread in ("i", "1", "I"):
+            mended = word.replace(misread, "L" if word.isupper() else "l")
+            if mended != word and _ADDRESS_WORDS.fullmatch(mended.lower()):
+                return mended
+        return word
+
+    return _MISREAD_L.sub(mend, text) if ("i" in text or "1" in text or "I" in text) else text
 
 
 # A capital I inside a word otherwise in lower case is a misread l: "WorId", "JIn", "BIk".
