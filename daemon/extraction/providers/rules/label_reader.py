@@ -87,9 +87,10 @@ class LabelReader:
         for word in index.by_first:
             for ref in word_lines.get(word, ()):
                 hit[ref.order] = ref
-        for ref in self.layout.lines():
-            if ref.tokens and self.layout.pages[ref.page].page.ocr:
-                hit[ref.order] = ref
+        if self.layout.ocr:
+            for ref in self.layout.lines():
+                if ref.token_set and self.layout.pages[ref.page].page.ocr:
+                    hit[ref.order] = ref
         return [hit[order] for order in sorted(hit)]
 
     def _refused_before(self, ref: LineRef, start: int, labels: FieldLabels) -> bool:

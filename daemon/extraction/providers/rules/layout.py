@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from daemon.extraction.document import Document, Line, Page, Word
 from daemon.extraction.providers.rules.labels import TOKEN, Token
@@ -35,7 +35,18 @@ class LineRef:
     folded: str
     starts: tuple[int, ...]  # offset of each cell in `text`
     start: int  # offset of the line in its page's text
-    tokens: tuple[Token, ...] = ()  # words of `folded` (see labels.TOKEN)
+    token_set: frozenset[str]  # the texts of `tokens`
+    # `tokens` found on first use: only the lines a label is searched in need their offsets.
+    _tokens: tuple[Token, ...] | None = field(default=None, init=False, repr=False)
+
+    @property
+    def tokens(self) -> tuple[Token, ...]:
+        """Words of `folded` (see labels.TOKEN) with their offsets."""
+        found = self._tokens
+        if found is None:
+            folded = self.folded
+            found = self._tokens = _with_offsets(folded, _find_tokens(folded))
+        return found
 
     def cell_at(self, offset: int) -> int:
         """Index of the cell holding character `offset` (a space belongs to the cell after it)."""
@@ -128,11 +139,10 @@ class Layout:
                 if unaccent and not text.isascii():
                     text = _unaccented(text)
                 folded = fold(text)
-                found = _find_tokens(folded)
-                ref = LineRef(page_index, line_index, order, line, text, folded, starts, offset,
-                              _with_offsets(folded, found))
+                token_set = frozenset(_find_tokens(folded))
+                ref = LineRef(page_index, line_index, order, line, text, folded, starts, offset, token_set)
                 refs.append(ref)
-                for token in set(found):
+                for token in token_set:
                     holders = word_lines.get(token)
                     if holders is None:
                         word_lines[token] = [ref]

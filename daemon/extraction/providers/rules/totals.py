@@ -104,7 +104,7 @@ class Totals:
         """The titles of tax summary tables."""
         return [
             ref for ref in self.layout.lines()
-            if (any(t[2] in _SUMMARY for t in ref.tokens) and any(t[2] in _TAX_WORDS for t in ref.tokens))
+            if (not _SUMMARY.isdisjoint(ref.token_set) and not _TAX_WORDS.isdisjoint(ref.token_set))
             or (self.layout.ocr and _OCR_SUMMARY.search(ref.folded) is not None)
         ]
 
