@@ -30,7 +30,7 @@ from daemon.extraction.document import CELL_GAP, Line, Page, Word, _round4, grou
 from daemon.extraction.parsers import ParseOptions, parse
 from daemon.extraction.parsers import pdf as pdf_parser
 from daemon.extraction.providers.rules.labels import tokens
-from daemon.extraction.providers.rules.layout import Layout, _with_offsets
+from daemon.extraction.providers.rules.layout import Layout, _token_set, _with_offsets
 from daemon.extraction.providers.rules.values import fold
 from daemon.jobs import filetypes
 
@@ -313,6 +313,7 @@ def test_layout_tokens_and_cells_are_unchanged(pdfs: list[Path]) -> None:
             assert ref.text == " ".join(w.text for w in words)
             assert ref.folded == fold(ref.text)
             assert ref.tokens == tokens(ref.folded)
+            assert ref.token_set == {t[2] for t in ref.tokens}
             starts, offset = [], 0
             for word in words:
                 starts.append(offset)
@@ -347,6 +348,17 @@ def test_token_offsets_on_random_text() -> None:
     for _ in range(2000):
         folded = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert _with_offsets(folded, re.findall(r"\w+|[#°№%&@]", folded)) == tokens(folded)
+
+
+def test_token_sets_are_the_tokens_texts() -> None:
+    # The ASCII fast path (a byte translation) against the regex, on every ASCII
+    # character and some that are not.
+    rng = random.Random(6)
+    alphabet = [chr(c) for c in range(128)] + list("°№é€ß\u00a0\u2009日")
+    for _ in range(20_000):
+        folded = "".join(rng.choice(alphabet) if rng.random() < 0.4 else rng.choice("ab1 _")
+                         for _ in range(rng.randint(0, 30)))
+        assert _token_set(folded) == {t[2] for t in tokens(folded)}, repr(folded)
 
 
 def test_fractions_are_rounded_like_round() -> None:
