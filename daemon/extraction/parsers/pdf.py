@@ -33,7 +33,7 @@ from typing import Any
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from daemon.extraction.document import CELL_GAP, Document, Page, Word, group_lines
+from daemon.extraction.document import CELL_GAP, Document, Page, Word, group_lines, word_of
 from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted
 
 # Rendering resolution for OCR of pages without a text layer (tesseract's sweet spot).
@@ -200,11 +200,11 @@ def _words(handle: Any, box: tuple[float, float, float, float]) -> tuple[list[Wo
                 if wy1 > y1:
                     y1 = wy1
                 continue
-            append(Word("".join(parts), x0, y0, x1, y1))
+            append(word_of(Word, ("".join(parts), x0, y0, x1, y1, 1.0)))
         parts = [word]
         x0, y0, x1, y1 = left, wy0, right, wy1
     if parts is not None:
-        append(Word("".join(parts), x0, y0, x1, y1))
+        append(word_of(Word, ("".join(parts), x0, y0, x1, y1, 1.0)))
     return phrases, (width, height)
 
 

@@ -29,6 +29,7 @@ from extraction_docs import write_invoice_pdf, write_table_pdf, write_turned_pdf
 from daemon.extraction.document import CELL_GAP, Line, Page, Word, _round4, group_lines
 from daemon.extraction.parsers import ParseOptions, parse
 from daemon.extraction.parsers import pdf as pdf_parser
+from daemon.extraction.providers.rules import values
 from daemon.extraction.providers.rules.labels import tokens
 from daemon.extraction.providers.rules.layout import Layout, _token_set, _with_offsets
 from daemon.extraction.providers.rules.values import fold
@@ -359,6 +360,19 @@ def test_token_sets_are_the_tokens_texts() -> None:
         folded = "".join(rng.choice(alphabet) if rng.random() < 0.4 else rng.choice("ab1 _")
                          for _ in range(rng.randint(0, 30)))
         assert _token_set(folded) == {t[2] for t in tokens(folded)}, repr(folded)
+
+
+def test_decimal_endings_are_counted_like_the_patterns_matches() -> None:
+    rng = random.Random(8)
+    alphabet = "0123456789,. \n-a"
+    texts = ["1,23,45,678.90", "1.23.45.67", "12,50 3.20 1,234.56", "9,99,99", ""]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30))) for _ in range(50_000)]
+    for text in texts:
+        for pattern, at, chained in (
+            (values._COMMA_DECIMALS, values._COMMA_DECIMALS_AT, values._COMMA_DECIMALS_CHAINED),
+            (values._DOT_DECIMALS, values._DOT_DECIMALS_AT, values._DOT_DECIMALS_CHAINED),
+        ):
+            assert values._count(pattern, at, chained, text) == len(pattern.findall(text)), repr(text)
 
 
 def test_fractions_are_rounded_like_round() -> None:
