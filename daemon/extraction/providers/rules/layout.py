@@ -146,6 +146,7 @@ class Layout:
             self.pages.append(PageText(page, "\n".join([r.text for r in refs]), refs))
         # Which lines hold each word: label search visits only lines that hold a label's first word.
         self.word_lines: dict[str, list[LineRef]] = dict(word_lines)
+        self.line_count = order
         self._lines = [ref for page in self.pages for ref in page.lines]
         whole = "\n".join([p.text for p in self.pages])
         self.decimal = decimal_hint(whole)
