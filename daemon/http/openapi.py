@@ -13,6 +13,7 @@ this provider adds what every operation shares, in one place:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -37,6 +38,7 @@ SECURITY_SCHEMES = {
 ERROR_REF = "#/components/schemas/Error"
 ID_PATTERN = "^[0-9a-hjkmnp-tv-z]{26}$"  # daemon.storage.ids: a ULID, lower case
 
+_PARAMETER = re.compile(r"<(?:[^:<>]*:)?([^<>]+)>")  # a rule's `<name>` or `<converter:name>`
 _ERRORS = "_docex_error_responses"
 _BODIES = "_docex_request_bodies"
 RATE_LIMITED = "_docex_rate_limited"
@@ -142,6 +144,9 @@ class DocexOpenAPI(OpenAPIProvider):
 
     def build_paths(self, rule: Rule) -> tuple[dict[str, Any], dict[str, Any]]:
         paths, components = super().build_paths(rule)
+        # quart-schema's pattern runs from one parameter into the next one's converter
+        # (`/jobs/<job_id>/pages/<int:number>` became `/jobs/{number}`): the path again.
+        paths = {_PARAMETER.sub(r"{\1}", rule.rule): operations for operations in paths.values()}
         view = self._app.view_functions[rule.endpoint]
         for operations in paths.values():
             for operation in operations.values():

@@ -1,0 +1,128 @@
+"""What a person sees of a job's document beside its values (the console, issue #15):
+a page as a picture, or the lines of a document that has no pictures.
+
+Both run in a trio-parallel worker process under the limits of extraction (pdfium is
+not thread-safe; a hostile file must not take the daemon down), and return plain data
+or a `Failure` as `daemon.extraction.worker` does.
+"""
+
+from __future__ import annotations
+
+import io
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from daemon.errors import JobError
+from daemon.extraction.parsers.base import ParseOptions, corrupted, too_large
+from daemon.extraction.worker import Failure, limit_memory, parse_document
+from daemon.jobs import filetypes
+
+# The formats a page of which is a picture; the others (DOCX, XLSX, CSV, TXT, HTML) are text.
+PICTURED = (filetypes.PDF, filetypes.PNG, filetypes.JPEG, filetypes.TIFF, filetypes.WEBP)
+# Stored as they are: a browser shows them (TIFF it does not, WEBP is converted for one frame).
+SERVED_AS_STORED = (filetypes.PNG, filetypes.JPEG)
+
+
+@dataclass(frozen=True, slots=True)
+class PageImage:
+    png: bytes
+    page_count: int
+
+
+class PageOutOfRange(Exception):
+    pass
+
+
+def render_page(path: str, mime_type: str, number: int, width: int,
+                options: ParseOptions) -> PageImage | Failure:
+    """Page `number` (from 1) of a PDF rendered `width` pixels wide, or frame `number` of a
+    TIFF/WEBP, as PNG; a `Failure` with code PAGE_NOT_FOUND past the last page.
+
+    The pixels stay under ``extraction.max_render_pixels`` (a PDF page is rendered
+    narrower) and ``extraction.max_image_pixels`` (a frame larger is refused).
+    """
+    limit_memory(options.max_memory_bytes)
+    try:
+        if mime_type == filetypes.PDF:
+            return _render_pdf(Path(path), number, width, options)
+        return _image_frame(Path(path), number, options)
+    except PageOutOfRange as exc:
+        return Failure("PAGE_NOT_FOUND", str(exc))
+    except JobError as exc:
+        return Failure(exc.code, exc.message)
+    except MemoryError:
+        return Failure("PARSE_OUT_OF_MEMORY", "rendering the page needs more memory than extraction.max_memory")
+    except Exception as exc:
+        return Failure("PARSE_FAILED", f"the page could not be rendered ({type(exc).__name__})",
+                       traceback.format_exc())
+
+
+def _render_pdf(path: Path, number: int, width: int, options: ParseOptions) -> PageImage:
+    import pypdfium2 as pdfium
+
+    from daemon.extraction.parsers.pdf import render_scale
+
+    try:
+        pdf = pdfium.PdfDocument(str(path))
+    except pdfium.PdfiumError as exc:
+        raise corrupted("PDF", exc) from exc
+    try:
+        count = len(pdf)
+        if not 1 <= number <= count:
+            raise PageOutOfRange(f"The document has {count} page(s); there is no page {number}")
+        page = pdf[number - 1]
+        try:
+            page_width, page_height = page.get_size()
+            # render_scale checks the page's size and bounds its pixels (and its resolution
+            # to OCR's); the width asked for lowers the scale, never raises it past them.
+            scale = min(width / page_width, render_scale(number, page_width, page_height, options))
+            bitmap = page.render(scale=scale)
+            try:
+                image = bitmap.to_pil()
+            finally:
+                bitmap.close()
+        finally:
+            page.close()
+    finally:
+        pdf.close()
+    return PageImage(_png(image), count)
+
+
+def _image_frame(path: Path, number: int, options: ParseOptions) -> PageImage:
+    from PIL import Image, ImageOps
+
+    Image.MAX_IMAGE_PIXELS = None  # bounded below, by extraction.max_image_pixels
+    with Image.open(path) as image:
+        count = getattr(image, "n_frames", 1)
+        if not 1 <= number <= count:
+            raise PageOutOfRange(f"The image has {count} frame(s); there is no page {number}")
+        image.seek(number - 1)
+        pixels = image.width * image.height
+        if pixels > options.max_image_pixels:
+            raise too_large(f"image frame {number} is {image.width:,}×{image.height:,} px ({pixels:,} pixels)",
+                            "max_image_pixels", options.max_image_pixels)
+        frame = ImageOps.exif_transpose(image.copy())
+    return PageImage(_png(frame), count)
+
+
+def _png(image: Any) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", optimize=False, compress_level=3)
+    return buffer.getvalue()
+
+
+def document_lines(path: str, mime_type: str, options: ParseOptions) -> list[dict[str, Any]] | Failure:
+    """The parsed lines of a text document, page by page: ``[{number, lines: [{text, bbox}]}]``
+    with each bbox as fractions of its page (as resultMeta.fields give them)."""
+    document = parse_document(path, mime_type, options)
+    if isinstance(document, Failure):
+        return document
+    return [
+        {"number": page.number,
+         "lines": [{"text": line.text, "bbox": page.relative(line.x0, line.y0, line.x1, line.y1)}
+                   for line in page.lines]}
+        for page in document.pages
+    ]
+

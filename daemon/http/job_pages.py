@@ -1,0 +1,176 @@
+"""What the console shows beside a job's values: its document's pages as pictures
+(`GET /api/jobs/:id/pages/:n`), or the lines of a document that has none
+(`GET /api/jobs/:id/text`). Same tenancy as `GET /api/jobs/:id`: another user's job is 404.
+
+The file of a job never changes, so a picture carries a strong ETag (job, page, width
+and the file's hash) and may be kept by the browser; a repeat with If-None-Match is a
+304 without rendering anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from quart import Blueprint, request
+from quart_schema import document_response, tag_blueprint, validate_querystring
+from quart_trio.wrappers.response import TrioResponse as Response
+
+from daemon.auth.guard import current_principal
+from daemon.errors import ApiError, Conflict, NotFound, PermanentJobError
+from daemon.extraction.pages import PICTURED, SERVED_AS_STORED, PageImage, document_lines, render_page
+from daemon.extraction.pipeline import in_worker, parse_options
+from daemon.http.context import services
+from daemon.http.models import ApiModel
+from daemon.http.openapi import FileBytes, error_responses
+from daemon.jobs.records import Job
+from daemon.storage.repos import jobs as repo
+
+blueprint = Blueprint("job_pages", __name__, url_prefix="/api")
+tag_blueprint(blueprint, ["jobs"])
+
+DEFAULT_WIDTH = 1400  # a page beside a column of values on a laptop's screen, sharp at 2x zoom
+_MAX_WIDTH = 4000
+# A job's file never changes; a week keeps a reviewer's pages across days of work.
+_CACHE_CONTROL = "private, max-age=604800"
+
+
+class PageQuery(ApiModel):
+    width: int = Field(default=DEFAULT_WIDTH, ge=100, le=_MAX_WIDTH,
+                       description="pixels across for a PDF page (the height follows); the picture is "
+                                   "narrower when extraction.max_render_pixels requires")
+
+
+class PagePicture(FileBytes):
+    """The page as a picture: PNG (a PDF page rendered, a TIFF or WEBP frame), or a PNG or
+    JPEG scan's own bytes. Carries a strong ETag and Cache-Control; a request with a matching
+    If-None-Match gets 304 without a body."""
+
+    content_type = "image/*"
+
+
+class TextLine(ApiModel):
+    text: str
+    bbox: list[float] = Field(description="[x0, y0, x1, y1] as fractions of the page, like resultMeta.fields' bbox")
+
+
+class TextPage(ApiModel):
+    number: int
+    lines: list[TextLine]
+
+
+class DocumentText(ApiModel):
+    pages: list[TextPage]
+
+
+async def _job_with_file(job_id: str) -> tuple[Job, str]:
+    job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
+    if job is None:
+        raise NotFound("Job not found")
+    if not job.blob_key or not job.mime_type:
+        raise NotFound("This job has no file yet")
+    return job, job.blob_key
+
+
+def _gone() -> ApiError:
+    return ApiError("The job's file no longer exists", status=410)
+
+
+def _unshowable(exc: PermanentJobError) -> ApiError:
+    """A document the daemon cannot show (corrupt, over a limit): 422 with its errorCode."""
+    if exc.code == "PAGE_NOT_FOUND":
+        return NotFound(exc.message)
+    return ApiError(f"The document cannot be shown: {exc.message}", status=422, details={"errorCode": exc.code})
+
+
+@blueprint.get("/jobs/<job_id>/pages/<int:number>")
+@validate_querystring(PageQuery)
+@document_response(PagePicture)
+@error_responses(409, 410, 422)
+async def get_page(job_id: str, number: int, query_args: PageQuery) -> Response:
+    """Page `number` (from 1) of the job's document as a picture, for a person to compare
+    with the values: a PDF page rendered `width` pixels across, an image's frame. A
+    document without pages to show (DOCX, XLSX, CSV, TXT, HTML) is 409: its lines are at
+    GET /api/jobs/:id/text."""
+    job, blob_key = await _job_with_file(job_id)
+    mime = job.mime_type or ""
+    if mime not in PICTURED:
+        raise Conflict("This job's document has no page images (it is not a PDF or an image); "
+                       f"GET /api/jobs/{job.id}/text gives its text")
+    as_stored = mime in SERVED_AS_STORED
+    etag = _etag(job, number, None if as_stored else query_args.width)
+    headers = {"ETag": etag, "Cache-Control": _CACHE_CONTROL, "Vary": "Authorization"}
+    if _matches(request.headers.get("If-None-Match"), etag):
+        return Response(b"", status=304, headers=headers)
+    if as_stored:
+        if number != 1:
+            raise NotFound(f"The image has 1 page; there is no page {number}")
+        return await _stored(blob_key, mime, headers)
+    config = services().config
+    try:
+        async with services().blobs.open_local(blob_key) as path:
+            picture = await in_worker(render_page, str(path), mime, number, query_args.width,
+                                      parse_options(config), timeout_s=config.extraction.parse_timeout_s)
+    except FileNotFoundError:
+        raise _gone() from None
+    except PermanentJobError as exc:
+        raise _unshowable(exc) from exc
+    assert isinstance(picture, PageImage)
+    return Response(picture.png, content_type="image/png", headers=headers)
+
+
+async def _stored(blob_key: str, mime: str, headers: dict[str, str]) -> Response:
+    """The stored bytes, streamed; 410 when the blob is gone (found before answering)."""
+    chunks = services().blobs.read(blob_key).__aiter__()
+    try:
+        first = await chunks.__anext__()
+    except FileNotFoundError:
+        raise _gone() from None
+    except StopAsyncIteration:
+        first = b""
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield first
+        async for chunk in chunks:
+            yield chunk
+
+    return Response(stream(), content_type=mime, headers=headers)
+
+
+def _etag(job: Job, number: int, width: int | None) -> str:
+    identity = f"{job.id}:{number}:{width or 'stored'}:{job.sha256}"
+    return '"' + hashlib.sha256(identity.encode()).hexdigest()[:32] + '"'
+
+
+def _matches(if_none_match: str | None, etag: str) -> bool:
+    if not if_none_match:
+        return False
+    tags = [tag.strip().removeprefix("W/") for tag in if_none_match.split(",")]
+    return "*" in tags or etag in tags
+
+
+@blueprint.get("/jobs/<job_id>/text")
+@document_response(DocumentText)
+@error_responses(409, 410, 422)
+async def get_text(job_id: str) -> dict[str, Any]:
+    """The lines of a DOCX, XLSX, CSV, TXT or HTML job's document as docex read them, each
+    with its box on the page (for a console to show beside the values). A PDF or image is
+    409: its pages are pictures at GET /api/jobs/:id/pages/:n."""
+    job, blob_key = await _job_with_file(job_id)
+    mime = job.mime_type or ""
+    if mime in PICTURED:
+        raise Conflict("This job's document is a PDF or an image; "
+                       f"GET /api/jobs/{job.id}/pages/1 shows its pages")
+    config = services().config
+    try:
+        async with services().blobs.open_local(blob_key) as path:
+            pages = await in_worker(document_lines, str(Path(path)), mime, parse_options(config),
+                                    timeout_s=config.extraction.parse_timeout_s)
+    except FileNotFoundError:
+        raise _gone() from None
+    except PermanentJobError as exc:
+        raise _unshowable(exc) from exc
+    return {"pages": pages}
