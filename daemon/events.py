@@ -14,8 +14,10 @@ CATALOG: dict[str, str] = {
                      "the job needs a person to finish it with PATCH /api/jobs/:id/result.",
     "job.failed": "The job failed after its last attempt; see errorCode and errorMessage.",
     "job.cancelled": "The job was cancelled while pending or queued.",
-    "job.updated": "The job's result was corrected by hand; data.job.result is the new result, "
-                   "data.job.resultMeta.complete and missing say whether it still lacks required values.",
+    "job.updated": "The job's result was corrected by hand (data.job.result is the new result, "
+                   "data.job.resultMeta.complete and missing say whether it still lacks required values; "
+                   "a correction clears an approval: reviewedAt null), or a person approved it "
+                   "(data.job.reviewedAt and reviewedBy set).",
     "job_run.created": "A batch run was created with its jobs.",
     "job_run.progress": "A job of the batch run ended; counts are updated (at most once a second per run).",
     "job_run.completed": "Every job of the batch run ended and none failed.",

@@ -36,6 +36,7 @@ from daemon.jobs.upload import StoredFile, Upload, receive_upload
 from daemon.schemas.definition import check_result, incomplete_fails
 from daemon.storage.ids import looks_like_id
 from daemon.storage.repos import jobs as repo
+from daemon.storage.repos.accounts import Role
 from daemon.storage.repos.jobs import JobFilter, NewJob
 from daemon.storage.repos.schemas import get_schema
 
@@ -145,6 +146,9 @@ class JobOut(ApiModel):
     updatedAt: str
     startedAt: str | None
     finishedAt: str | None
+    reviewedAt: str | None = Field(description="when a person approved the result (POST /api/jobs/:id/approve); "
+                                   "null until then, and again after a later correction")
+    reviewedBy: str | None = Field(description="the id of the user who approved it")
     originalResult: dict[str, Any] | None = Field(default=None, description="the extracted result, once corrected")
 
 
@@ -527,6 +531,19 @@ async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
             raise BadRequest(problems)
         missing = check.missing
     job = await services().db.run(repo.patch_result, user_id, job_id, data.result, missing, utcnow())
+    return job_json(job)
+
+
+@blueprint.post("/jobs/<job_id>/approve")
+@document_response(JobOut)
+@error_responses(409)
+async def approve_job(job_id: str) -> dict[str, Any]:
+    """Record that a person checked the job's result: reviewedAt and reviewedBy (the caller).
+    The job's owner or an ADMIN (any user's job); COMPLETED jobs with a complete result only
+    (409 otherwise). A later PATCH /result clears the approval. Emits job.updated."""
+    principal = current_principal()
+    owner = None if principal.role == Role.ADMIN else principal.user_id
+    job = await services().db.run(repo.approve_job, job_id, owner, principal.user_id, utcnow())
     return job_json(job)
 
 

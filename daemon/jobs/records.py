@@ -45,6 +45,8 @@ class Job:
     updated_at: dt.datetime
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
+    reviewed_at: dt.datetime | None
+    reviewed_by: str | None
     run_after: dt.datetime | None
     lease_owner: str | None
     lease_expires_at: dt.datetime | None
@@ -106,6 +108,8 @@ def job_json(row: Job, *, with_result: bool = True) -> dict[str, Any]:
         "updatedAt": iso(row.updated_at),
         "startedAt": iso(row.started_at),
         "finishedAt": iso(row.finished_at),
+        "reviewedAt": iso(row.reviewed_at),
+        "reviewedBy": row.reviewed_by,
     }
     if row.original_result is not None:
         body["originalResult"] = row.original_result

@@ -49,6 +49,14 @@ def check_patch_result(job: Job) -> None:
         raise InvalidTransition(f"Only COMPLETED jobs have a result to correct (this one is {job.status})")
 
 
+def check_approve(job: Job) -> None:
+    if job.status != JobStatus.COMPLETED:
+        raise InvalidTransition(f"Only COMPLETED jobs have a result to approve (this one is {job.status})")
+    if (job.result_meta or {}).get("complete") is False:
+        raise InvalidTransition("The result lacks required values (resultMeta.missing); complete it with "
+                                "PATCH /api/jobs/:id/result before approving it")
+
+
 def check_delete(job: Job) -> None:
     if job.status == JobStatus.RUNNING:
         raise InvalidTransition("A RUNNING job cannot be deleted; cancel is not possible either, wait for it to end")

@@ -167,6 +167,9 @@ jobs = sa.Table(
     sa.Column("updated_at", UTCDateTime, nullable=False),
     sa.Column("started_at", UTCDateTime),
     sa.Column("finished_at", UTCDateTime),
+    # A person approved the result (POST /api/jobs/:id/approve): when, and which user.
+    sa.Column("reviewed_at", UTCDateTime),
+    sa.Column("reviewed_by", sa.String(26)),
     # The queue: a QUEUED job is claimable from run_after on (retries back off);
     # a RUNNING job belongs to lease_owner until lease_expires_at.
     sa.Column("run_after", UTCDateTime),

@@ -78,6 +78,7 @@ def _job(status: str, *, result: bool = False, **changes: Any) -> dict[str, Any]
         "sha256": "9f2c4a0e5b7d1c3e8f6a4b2d0c9e7f5a3b1d9c7e5f3a1b9d7c5e3f1a9b7d5c3e", "pageCount": None,
         "attempts": 0, "result": None, "resultMeta": None, "errorMessage": None, "errorCode": None,
         "createdAt": _AT, "updatedAt": _AT, "startedAt": None, "finishedAt": None,
+        "reviewedAt": None, "reviewedBy": None,
     }
     if result:
         job |= {

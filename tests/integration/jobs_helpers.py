@@ -27,7 +27,7 @@ ERROR_KEYS = {"statusCode", "message", "error"}
 JOB_KEYS = {
     "id", "type", "status", "schemaId", "jobRunId", "fileName", "fileSize", "mimeType", "sha256", "pageCount",
     "attempts", "result", "resultMeta", "errorMessage", "errorCode", "createdAt", "updatedAt", "startedAt",
-    "finishedAt",
+    "finishedAt", "reviewedAt", "reviewedBy",
 }
 RUN_KEYS = {"id", "status", "schemaId", "total", "counts", "createdAt", "finishedAt"}
 COUNT_KEYS = {"queued", "running", "completed", "failed", "cancelled"}

@@ -12,7 +12,8 @@ Transitions follow the seed's table (SPEC §6, §8):
     RUNNING  → FAILED    (last attempt)    job.failed
     PENDING | QUEUED → CANCELLED           job.cancelled
     FAILED   → QUEUED | PENDING (restart)  job.queued (PENDING: its file was never fetched)
-    COMPLETED → COMPLETED (result patch)   job.updated
+    COMPLETED → COMPLETED (result patch)   job.updated (an approval before it is cleared)
+    COMPLETED → COMPLETED (approval)       job.updated (reviewedAt, reviewedBy)
 
 A PENDING job (its file still at an integration) is claimed like a QUEUED one but stays
 PENDING while a worker holds its lease and fetches the file; its retries, releases and
@@ -219,8 +220,25 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     transitions.check_patch_result(job)
     original = job.original_result if job.original_result is not None else job.result
     meta = {**(job.result_meta or {}), **completeness(missing)}
+    # An approval vouched for the values it saw; corrected values wait for a person again.
     job = _update(conn, job_id, now, result=result, original_result=original, result_meta=meta,
-                  result_complete=meta["complete"])
+                  result_complete=meta["complete"], reviewed_at=None, reviewed_by=None)
+    _event(conn, "job.updated", job, now, with_result=True)
+    return job
+
+
+def approve_job(conn: Connection, job_id: str, owner_id: str | None, reviewer_id: str, now: dt.datetime) -> Job:
+    """Record that `reviewer_id` checked a COMPLETED, complete result (job.updated). The job
+    must be `owner_id`'s (None: any user's, for an ADMIN). Approving again moves reviewedAt.
+    Raises Missing, InvalidTransition."""
+    query = sa.select(jobs).where(jobs.c.id == job_id)
+    if owner_id is not None:
+        query = query.where(jobs.c.user_id == owner_id)
+    row = conn.execute(query).first()
+    if row is None:
+        raise Missing("Job not found")
+    transitions.check_approve(Job.from_row(row))
+    job = _update(conn, job_id, now, reviewed_at=now, reviewed_by=reviewer_id)
     _event(conn, "job.updated", job, now, with_result=True)
     return job
 

@@ -12,6 +12,7 @@ from daemon.jobs.models import JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun
 from daemon.jobs.transitions import (
     PROGRESS_INTERVAL,
+    check_approve,
     check_cancel,
     check_cancel_run,
     check_delete,
@@ -26,8 +27,8 @@ JOB = Job(
     id="j", user_id="u", schema_id="s", job_run_id=None, type="EXTRACTION", status=JobStatus.QUEUED,
     file_name="a.pdf", file_size=1, mime_type="application/pdf", sha256="0" * 64, blob_key="k", source=None,
     page_count=None, attempts=0, result=None, original_result=None, result_meta=None, error_message=None,
-    error_code=None, created_at=NOW, updated_at=NOW, started_at=None, finished_at=None, run_after=NOW,
-    lease_owner=None, lease_expires_at=None,
+    error_code=None, created_at=NOW, updated_at=NOW, started_at=None, finished_at=None, reviewed_at=None,
+    reviewed_by=None, run_after=NOW, lease_owner=None, lease_expires_at=None,
 )
 RUN = JobRun(id="r", user_id="u", schema_id="s", status=RunStatus.RUNNING, total=3, created_at=NOW,
              updated_at=NOW, finished_at=None, progress_sent_at=None, cancel_requested_at=None)
@@ -73,6 +74,16 @@ def test_results_are_corrected_on_completed_jobs_and_running_jobs_are_not_delete
     check_delete(job(JobStatus.FAILED))
     with pytest.raises(InvalidTransition, match="A RUNNING job cannot be deleted"):
         check_delete(job(JobStatus.RUNNING))
+
+
+def test_only_completed_and_complete_results_are_approved() -> None:
+    check_approve(job(JobStatus.COMPLETED, result_meta={"complete": True, "missing": []}))
+    check_approve(job(JobStatus.COMPLETED))  # completed before results had a completeness
+    with pytest.raises(InvalidTransition, match="lacks required values"):
+        check_approve(job(JobStatus.COMPLETED, result_meta={"complete": False, "missing": ["/iban"]}))
+    for status in set(JobStatus) - {JobStatus.COMPLETED}:
+        with pytest.raises(InvalidTransition, match="Only COMPLETED jobs have a result to approve"):
+            check_approve(job(status))
 
 
 def test_only_running_runs_can_be_cancelled() -> None:
