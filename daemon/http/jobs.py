@@ -59,6 +59,9 @@ class JobQuery(PageQuery):
     complete: bool | None = Field(
         default=None, description="true: COMPLETED jobs whose result has every required value; false: COMPLETED "
         "jobs whose result lacks some (resultMeta.complete false), for a person to finish")
+    review: Literal["pending"] | None = Field(
+        default=None, description="pending: the review queue, OLDEST first: COMPLETED jobs nobody approved whose "
+        "result has a value under review.confidence_threshold or lacks a required value")
 
     def filter(self) -> JobFilter:
         return JobFilter(
@@ -68,6 +71,7 @@ class JobQuery(PageQuery):
             created_after=_aware(self.createdAfter),
             created_before=_aware(self.createdBefore),
             complete=self.complete,
+            review_below=services().config.review.confidence_threshold if self.review == "pending" else None,
         )
 
 
@@ -450,7 +454,8 @@ async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
 @validate_querystring(JobQuery)
 @document_response(JobPage)
 async def list_jobs(query_args: JobQuery) -> dict[str, Any]:
-    """The caller's jobs, newest first, filtered by status, schema, run or creation time."""
+    """The caller's jobs, newest first, filtered by status, schema, run or creation time; or
+    (`review=pending`) the jobs waiting for a person to check them, oldest first."""
     rows = await services().db.read(
         repo.list_jobs, current_principal().user_id, query_args.filter(), query_args.limit, query_args.cursor
     )

@@ -59,6 +59,34 @@ def completeness(missing: Sequence[str]) -> dict[str, Any]:
     return {"complete": not missing, "missing": list(missing)}
 
 
+def least_confidence(fields: dict[str, Any], result: dict[str, Any] | None = None,
+                     extracted: dict[str, Any] | None = None) -> float:
+    """The lowest confidence among a result's values (resultMeta.fields), for the review queue.
+
+    A value a person changed (it differs in `result` from `extracted`, the result as the
+    provider gave it) is certain. A result without any evidence has no confidence: 0.
+    """
+    if not fields:
+        return 0.0
+    changed = result is not None and extracted is not None
+    return min((1.0 if changed and _at(result, pointer) != _at(extracted, pointer)
+                else float(evidence.get("confidence", 0.0)))
+               for pointer, evidence in fields.items())
+
+
+def _at(document: Any, pointer: str) -> Any:
+    """The value at a JSON pointer (RFC 6901), or None where there is none."""
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if isinstance(document, dict):
+            document = document.get(token)
+        elif isinstance(document, list) and token.isdigit() and int(token) < len(document):
+            document = document[int(token)]
+        else:
+            return None
+    return document
+
+
 def count_key(status: str) -> str:
     """Which `counts` entry a job status adds to (PENDING counts as queued)."""
     return "queued" if status == JobStatus.PENDING else status.lower()

@@ -161,6 +161,9 @@ jobs = sa.Table(
     sa.Column("result_meta", sa.JSON),
     # resultMeta.complete, where GET /api/jobs?complete= can filter on it (NULL until COMPLETED).
     sa.Column("result_complete", sa.Boolean),
+    # The lowest confidence among the result's values (a person's own value counts as
+    # certain), so that the review queue (GET /api/jobs?review=pending) is an indexed filter.
+    sa.Column("min_confidence", sa.Float),
     sa.Column("error_message", sa.Text),
     sa.Column("error_code", sa.String(40)),
     sa.Column("created_at", UTCDateTime, nullable=False),
@@ -176,6 +179,8 @@ jobs = sa.Table(
     sa.Column("lease_owner", sa.String(64)),
     sa.Column("lease_expires_at", UTCDateTime),
     sa.Index("ix_jobs_queue", "status", "run_after"),
+    # The review queue: a user's COMPLETED jobs nobody approved, oldest first.
+    sa.Index("ix_jobs_review", "user_id", "status", "reviewed_at", "id"),
 )
 
 # The outbox: every state change writes its event in the same transaction;

@@ -170,3 +170,16 @@ def test_the_example_file_loads_and_shows_the_defaults() -> None:
     # the values it shows must be the ones docex uses when the key is left out.
     example = Path(__file__).resolve().parents[2] / "config.toml.example"
     assert load_config(example, environ={}) == load_config(environ={})
+
+
+def test_the_review_threshold_is_a_number_from_0_to_1(tmp_path: Path) -> None:
+    assert load_config(environ={}).review.confidence_threshold == 0.9
+    assert load_config(environ={"DOCEX_REVIEW_CONFIDENCE_THRESHOLD": "0.75"}).review.confidence_threshold == 0.75
+    path = write(tmp_path, "[review]\nconfidence_threshold = 1\n")
+    assert load_config(path, environ={}).review.confidence_threshold == 1.0
+    with pytest.raises(ConfigError) as bad:
+        load_config(environ={"DOCEX_REVIEW_CONFIDENCE_THRESHOLD": "high"})
+    assert bad.value.problems == ["DOCEX_REVIEW_CONFIDENCE_THRESHOLD: expected a number (got 'high')"]
+    with pytest.raises(ConfigError) as bad:
+        load_config(environ={"DOCEX_REVIEW_CONFIDENCE_THRESHOLD": "1.5"})
+    assert bad.value.problems == ["review.confidence_threshold: must be 0-1 (got 1.5)"]

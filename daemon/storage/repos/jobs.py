@@ -40,7 +40,15 @@ from sqlalchemy.engine import Connection
 from daemon.clock import utcnow
 from daemon.errors import Missing
 from daemon.jobs import transitions
-from daemon.jobs.models import JOB_TYPE_EXTRACTION, ErrorCode, JobStatus, RunStatus, completeness, count_key
+from daemon.jobs.models import (
+    JOB_TYPE_EXTRACTION,
+    ErrorCode,
+    JobStatus,
+    RunStatus,
+    completeness,
+    count_key,
+    least_confidence,
+)
 from daemon.jobs.records import Job, JobRun, job_json, run_json
 from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
@@ -139,10 +147,16 @@ class JobFilter:
     created_after: dt.datetime | None = None
     created_before: dt.datetime | None = None
     complete: bool | None = None  # COMPLETED jobs whose result has (True) or lacks (False) every required value
+    # The review queue, oldest first: COMPLETED jobs nobody approved whose result lacks a
+    # required value or has one under this confidence.
+    review_below: float | None = None
 
 
 def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None) -> list[Job]:
-    query = sa.select(jobs).where(jobs.c.user_id == user_id).order_by(jobs.c.id.desc()).limit(limit + 1)
+    """The user's jobs matching `where`, newest first (the review queue oldest first), after `cursor`."""
+    oldest_first = where.review_below is not None
+    order = jobs.c.id.asc() if oldest_first else jobs.c.id.desc()
+    query = sa.select(jobs).where(jobs.c.user_id == user_id).order_by(order).limit(limit + 1)
     if where.status:
         query = query.where(jobs.c.status == where.status)
     if where.schema_id:
@@ -155,8 +169,11 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
         query = query.where(jobs.c.created_at < where.created_before)
     if where.complete is not None:
         query = query.where(jobs.c.result_complete == where.complete)
+    if where.review_below is not None:
+        query = query.where(jobs.c.status == JobStatus.COMPLETED, jobs.c.reviewed_at.is_(None),
+                            sa.or_(jobs.c.min_confidence < where.review_below, jobs.c.result_complete.is_(False)))
     if cursor:
-        query = query.where(jobs.c.id < cursor)
+        query = query.where(jobs.c.id > cursor if oldest_first else jobs.c.id < cursor)
     return [Job.from_row(row) for row in conn.execute(query)]
 
 
@@ -222,7 +239,8 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     meta = {**(job.result_meta or {}), **completeness(missing)}
     # An approval vouched for the values it saw; corrected values wait for a person again.
     job = _update(conn, job_id, now, result=result, original_result=original, result_meta=meta,
-                  result_complete=meta["complete"], reviewed_at=None, reviewed_by=None)
+                  result_complete=meta["complete"], reviewed_at=None, reviewed_by=None,
+                  min_confidence=least_confidence(meta.get("fields") or {}, result, original))
     _event(conn, "job.updated", job, now, with_result=True)
     return job
 
@@ -395,6 +413,7 @@ def complete_job(
             result=result,
             result_meta=meta,
             result_complete=meta["complete"],
+            min_confidence=least_confidence(meta.get("fields") or {}),
             page_count=page_count,
             error_code=None,
             error_message=None,
