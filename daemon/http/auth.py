@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import email_validator
 from email_validator import EmailNotValidError, validate_email
 from pydantic import Field, field_validator
-from quart import Blueprint, Response, request
+from quart import Blueprint, Response, make_response, request
 from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring, validate_request
 
 from daemon.auth import accounts
@@ -16,7 +16,7 @@ from daemon.auth.emails import email_key
 from daemon.auth.guard import current_principal, jwt_only, public
 from daemon.auth.passwords import MAX_PASSWORD_BYTES
 from daemon.clock import iso, utcnow
-from daemon.errors import NotFound
+from daemon.errors import BadRequest, Forbidden, NotFound
 from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_content, services
 from daemon.http.models import ApiModel
 from daemon.http.openapi import ACCESS_TOKEN, NoContent, error_responses
@@ -74,7 +74,9 @@ class LoginBody(ApiModel):
 
 
 class RefreshBody(ApiModel):
-    refreshToken: str = Field(min_length=1, max_length=512)
+    refreshToken: str | None = Field(
+        default=None, min_length=1, max_length=512,
+        description="required unless the session is the cookie (header `X-Docex-Session: cookie`, body `{}`)")
 
 
 class UserOut(ApiModel):
@@ -88,7 +90,9 @@ class UserOut(ApiModel):
 class TokenPairOut(ApiModel):
     user: UserOut
     accessToken: str
-    refreshToken: str
+    refreshToken: str | None = Field(
+        default=None, description="absent when the request said `X-Docex-Session: cookie`: the refresh token is "
+                                  "then in an httpOnly cookie the page's scripts cannot read")
     expiresIn: int = Field(description="access-token lifetime in seconds")
 
 
@@ -162,6 +166,53 @@ def pair_json(pair: accounts.TokenPair) -> dict[str, Any]:
             "refreshToken": pair.refresh_token, "expiresIn": pair.expires_in}
 
 
+# --- the console's session: the refresh token in an httpOnly cookie -------------------------
+#
+# A page keeps its access token in memory only; its refresh token lives in a cookie its
+# scripts cannot read (an XSS cannot steal it), sent only to /api/auth. A request opts in
+# with SESSION_HEADER. A cross-site form or <img> can neither set that header nor, under
+# SameSite=Strict, carry the cookie: refresh and logout by cookie require both.
+SESSION_HEADER = "X-Docex-Session"
+SESSION_COOKIE = "docex_refresh"
+_COOKIE_PATH = "/api/auth"
+
+
+def _cookie_session() -> bool:
+    return request.headers.get(SESSION_HEADER, "").strip().lower() == "cookie"
+
+
+async def _pair_response(pair: accounts.TokenPair, status: int = 200) -> Response:
+    """The token pair; with the cookie opt-in, its refresh token set as the session cookie
+    instead of in the body."""
+    body = pair_json(pair)
+    if _cookie_session():
+        del body["refreshToken"]
+    response = cast(Response, await make_response(body, status))
+    if not _cookie_session():
+        return response
+    response.set_cookie(SESSION_COOKIE, pair.refresh_token, max_age=services().config.auth.refresh_ttl_s,
+                        path=_COOKIE_PATH, secure=request.scheme == "https", httponly=True, samesite="Strict")
+    return response
+
+
+def _presented_refresh_token(data: RefreshBody) -> str:
+    """The refresh token of the body, else of the session cookie (which needs SESSION_HEADER)."""
+    if data.refreshToken:
+        return data.refreshToken
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if not cookie:
+        raise BadRequest(["refreshToken should not be empty"])
+    if not _cookie_session():
+        raise Forbidden(f"The session cookie is accepted only with the header {SESSION_HEADER}: cookie")
+    return cookie
+
+
+def _cleared(response: Response) -> Response:
+    response.delete_cookie(SESSION_COOKIE, path=_COOKIE_PATH, secure=request.scheme == "https", httponly=True,
+                           samesite="Strict")
+    return response
+
+
 def api_key_json(row: Any) -> dict[str, Any]:
     return {"id": row.id, "name": row.name, "role": row.role, "prefix": row.prefix, "last4": row.last4,
             "createdAt": iso(row.created_at), "expiresAt": iso(row.expires_at), "lastUsedAt": iso(row.last_used_at)}
@@ -179,11 +230,12 @@ def this_client() -> accounts.Client:
 @validate_request(RegisterBody)
 @document_response(TokenPairOut, 201)
 @error_responses(403, 409)
-async def register(data: RegisterBody) -> tuple[dict[str, Any], int]:
-    """Create an account (the first one is ADMIN) and log it in."""
+async def register(data: RegisterBody) -> Response:
+    """Create an account (the first one is ADMIN) and log it in. With the header
+    `X-Docex-Session: cookie` the refresh token is set as an httpOnly cookie, not in the body."""
     pair = await accounts.register(services(), name=data.name, email=data.email, password=data.password,
                                    client=this_client())
-    return pair_json(pair), 201
+    return await _pair_response(pair, 201)
 
 
 @blueprint.post("/login")
@@ -192,10 +244,12 @@ async def register(data: RegisterBody) -> tuple[dict[str, Any], int]:
 @validate_request(LoginBody)
 @document_response(TokenPairOut)
 @error_responses(401, 403)
-async def login(data: LoginBody) -> dict[str, Any]:
-    """Exchange e-mail and password for a token pair."""
+async def login(data: LoginBody) -> Response:
+    """Exchange e-mail and password for a token pair. With the header `X-Docex-Session: cookie`
+    the refresh token is set as an httpOnly cookie, not in the body."""
     await enforce_limit("login", f"email:{email_key(data.email)}")  # every spelling shares one limit
-    return pair_json(await accounts.login(services(), email=data.email, password=data.password, client=this_client()))
+    pair = await accounts.login(services(), email=data.email, password=data.password, client=this_client())
+    return await _pair_response(pair)
 
 
 @blueprint.post("/refresh")
@@ -203,10 +257,12 @@ async def login(data: LoginBody) -> dict[str, Any]:
 @limited_per_ip("refresh")
 @validate_request(RefreshBody)
 @document_response(TokenPairOut)
-@error_responses(401)
-async def refresh(data: RefreshBody) -> dict[str, Any]:
-    """Rotate a refresh token: a new pair; the old session is revoked."""
-    return pair_json(await accounts.refresh(services(), data.refreshToken, this_client()))
+@error_responses(401, 403)
+async def refresh(data: RefreshBody) -> Response:
+    """Rotate a refresh token: a new pair; the old session is revoked. Without `refreshToken`
+    in the body, the session cookie's (which needs the header `X-Docex-Session: cookie`,
+    else 403); with that header the new refresh token is set as the cookie."""
+    return await _pair_response(await accounts.refresh(services(), _presented_refresh_token(data), this_client()))
 
 
 @blueprint.post("/logout")
@@ -214,11 +270,12 @@ async def refresh(data: RefreshBody) -> dict[str, Any]:
 @limited_per_ip("refresh")
 @validate_request(RefreshBody)
 @document_response(NoContent, 204)
-@error_responses(401)
+@error_responses(401, 403)
 async def logout(data: RefreshBody) -> Response:
-    """Revoke the session of this refresh token."""
-    await accounts.logout(services(), data.refreshToken)
-    return no_content()
+    """Revoke the session of this refresh token, or of the session cookie (with the header
+    `X-Docex-Session: cookie`, else 403), and clear the cookie."""
+    await accounts.logout(services(), _presented_refresh_token(data))
+    return _cleared(no_content()) if _cookie_session() else no_content()
 
 
 @blueprint.post("/logout-all")
