@@ -53,7 +53,7 @@ from daemon.jobs.records import Job, JobRun, job_json, run_json
 from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
-from daemon.storage.tables import idempotency_keys, job_runs, jobs
+from daemon.storage.tables import UNREVIEWED, idempotency_keys, job_runs, jobs
 
 
 @dataclass(frozen=True)
@@ -170,8 +170,8 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
     if where.complete is not None:
         query = query.where(jobs.c.result_complete == where.complete)
     if where.review_below is not None:
-        query = query.where(jobs.c.status == JobStatus.COMPLETED, jobs.c.reviewed_at.is_(None),
-                            sa.or_(jobs.c.min_confidence < where.review_below, jobs.c.result_complete.is_(False)))
+        query = query.where(UNREVIEWED, sa.or_(jobs.c.min_confidence < where.review_below,
+                                               jobs.c.result_complete.is_(False)))
     if cursor:
         query = query.where(jobs.c.id > cursor if oldest_first else jobs.c.id < cursor)
     return [Job.from_row(row) for row in conn.execute(query)]
