@@ -203,7 +203,7 @@ class ReviewConfig:
     confidence_threshold: float = _setting(0.9, doc="GET /api/jobs?review=pending: a value under it needs a person")
 
 
-OCR_ENGINES = ("tesseract", "rapidocr")
+OCR_ENGINES = ("rapidocr", "tesseract")
 # Extractors a schema (its x-docex-provider) or extraction.provider may name.
 PROVIDERS = ("rules", "openai", "anthropic")
 
@@ -211,8 +211,10 @@ PROVIDERS = ("rules", "openai", "anthropic")
 @dataclass(frozen=True)
 class ExtractionConfig:
     provider: str = _setting("rules", doc="rules | openai | anthropic")
-    ocr_engine: str = _setting("tesseract", doc="tesseract | rapidocr (pip install 'docex[rapidocr]')")
+    ocr_engine: str = _setting("rapidocr", doc="rapidocr | tesseract (the tesseract-ocr package)")
     ocr_languages: str = _setting("eng", doc="tesseract's languages, e.g. eng+deu")
+    # OCR takes the most memory of any parse (README "Extraction": figures per worker).
+    ocr_concurrency: int = _setting(2, doc="OCR readings at once across the parser processes")
     # Limits on every parse (README "Extraction"): a document over one fails with
     # PARSE_TIMEOUT, PARSE_OUT_OF_MEMORY or DOCUMENT_TOO_LARGE, naming the setting.
     parse_timeout_s: int = _setting(600, doc="wall time per document; its parser process is killed")
@@ -563,7 +565,8 @@ def _validate(c: Config) -> list[str]:
     check(c.extraction.provider in PROVIDERS,
           f"extraction.provider: must be rules, openai or anthropic (got {c.extraction.provider!r})")
     check(c.extraction.ocr_engine in OCR_ENGINES,
-          f"extraction.ocr_engine: must be tesseract or rapidocr (got {c.extraction.ocr_engine!r})")
+          f"extraction.ocr_engine: must be rapidocr or tesseract (got {c.extraction.ocr_engine!r})")
+    check(1 <= c.extraction.ocr_concurrency <= 256, "extraction.ocr_concurrency: must be 1-256")
     check(c.extraction.parse_timeout_s >= 1, "extraction.parse_timeout: must be at least 1s")
     # Below this even tesseract's worker cannot import its libraries (measured: ~0.2 GiB).
     check(c.extraction.max_memory_bytes >= 256 * 1024**2, "extraction.max_memory: must be at least 256MiB")

@@ -6,7 +6,7 @@ bench/hostile.py (the sizes of issue 12, the default limits).
 Each generator writes `path` and returns it; its size arguments say how
 hostile it is. `HOSTILE` lists them with the outcome expected under the test
 limits of `TEST_LIMITS`. `ParserPeaks` samples the peak RSS of this process's
-descendants (the trio-parallel parser workers and their tesseract children).
+descendants (the trio-parallel parser workers and, with tesseract, its processes).
 """
 
 from __future__ import annotations
@@ -263,7 +263,6 @@ class Hostile:
     suffix: str
     expected: str  # under TEST_LIMITS: COMPLETED or the job's errorCode
     bench: Callable[[Path], Path] | None = None  # the issue-sized file, when it differs
-    ocr: bool = False  # a page without text: read by tesseract
 
 
 HOSTILE: tuple[Hostile, ...] = (
@@ -281,9 +280,9 @@ HOSTILE: tuple[Hostile, ...] = (
     Hostile("tiff-frames", lambda p: tiff_frames(p, 50), "tiff", "TOO_MANY_PAGES",
             lambda p: tiff_frames(p, 5000)),
     Hostile("pdf-huge-mediabox", pdf_huge_mediabox, "pdf", "CORRUPTED_FILE"),
-    Hostile("pdf-big-page", pdf_big_page, "pdf", "COMPLETED", ocr=True),
+    Hostile("pdf-big-page", pdf_big_page, "pdf", "COMPLETED"),  # a page without text: OCR
     Hostile("pdf-many-pages", lambda p: pdf_many_pages(p, 3000), "pdf", "TOO_MANY_PAGES"),
-    Hostile("pdf-deep-nesting", pdf_deep_nesting, "pdf", "COMPLETED", ocr=True),
+    Hostile("pdf-deep-nesting", pdf_deep_nesting, "pdf", "COMPLETED"),  # a page without text: OCR
     Hostile("pdf-encrypted", pdf_encrypted, "pdf", "CORRUPTED_FILE"),
     Hostile("pdf-broken", pdf_broken, "pdf", "CORRUPTED_FILE"),
     Hostile("html-quadratic", lambda p: html_quadratic(p, 4000), "html", "COMPLETED",
@@ -308,15 +307,28 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def _high_water_kb(pid: int) -> int:
+def _status_kb(pid: int) -> dict[str, int]:
+    """VmHWM, VmRSS and VmPeak of `pid` in KiB (empty once it has ended)."""
+    out: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/status") as fh:
             for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
+                key, _, value = line.partition(":")
+                if key in ("VmHWM", "VmRSS", "VmPeak"):
+                    out[key] = int(value.split()[0])
     except OSError:
         pass
-    return 0
+    return out
+
+
+def _cpu_s(pid: int) -> float | None:
+    """CPU seconds (user + system) of `pid` and of its children it has waited for."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(field) for field in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def _descendants() -> set[int]:
@@ -330,17 +342,50 @@ def _descendants() -> set[int]:
 
 
 class ParserPeaks:
-    """The highest RSS (VmHWM) of any process started below this one after it
-    was made (parser workers, their tesseract children) while `sample` runs: a
-    task to start in a nursery (and cancel after). Run the parses in a fresh
-    `trio_parallel.cache_scope()` so that their workers are new ones."""
+    """The memory and CPU of the processes started below this one after it was
+    made (the parser workers, tesseract's processes) while `sample` runs: a task
+    to start in a nursery (and cancel after). Run the parses in a fresh
+    `trio_parallel.cache_scope()` so that their workers are new ones.
+
+    peak_bytes         the highest RSS (VmHWM) of any one process
+    worker_peak_bytes  the highest RSS of a worker with its children at one
+                       moment (tesseract's process beside its worker; sampled)
+    address_bytes      the highest address space (VmPeak) of any one process:
+                       what ``extraction.max_memory`` (RLIMIT_AS) counts
+    cpu_s              the CPU seconds the workers used, their children's included
+    """
 
     def __init__(self) -> None:
         self.peak_bytes = 0
+        self.worker_peak_bytes = 0
+        self.address_bytes = 0
+        self._cpu: dict[int, float] = {}
         self._before = _descendants()
+
+    @property
+    def cpu_s(self) -> float:
+        return sum(self._cpu.values())
 
     async def sample(self, interval_s: float = 0.02) -> None:
         while True:
-            for pid in _descendants() - self._before:
-                self.peak_bytes = max(self.peak_bytes, 1024 * _high_water_kb(pid))
+            self.sample_once()
             await trio.sleep(interval_s)
+
+    def sample_once(self) -> None:
+        for worker in set(_children(os.getpid())) - self._before:
+            tree = [worker]
+            pending = _children(worker)
+            while pending:
+                tree.append(pending.pop())
+                pending += _children(tree[-1])
+            together = 0
+            for pid in tree:
+                status = _status_kb(pid)
+                self.peak_bytes = max(self.peak_bytes, 1024 * status.get("VmHWM", 0))
+                self.address_bytes = max(self.address_bytes, 1024 * status.get("VmPeak", 0))
+                together += 1024 * status.get("VmRSS", 0)
+            own_peak = 1024 * _status_kb(worker).get("VmHWM", 0)
+            self.worker_peak_bytes = max(self.worker_peak_bytes, together, own_peak)
+            cpu = _cpu_s(worker)
+            if cpu is not None:
+                self._cpu[worker] = cpu

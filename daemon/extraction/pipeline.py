@@ -18,9 +18,12 @@ only lacks required values is kept, with ``resultMeta.missing`` naming them and
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import math
 import shutil
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,10 +69,19 @@ def provider_name(definition: dict[str, Any], config: Config) -> str:
 def parse_options(config: Config) -> ParseOptions:
     limits = config.extraction
     return ParseOptions(max_pages=config.jobs.max_pages, ocr_engine=limits.ocr_engine,
-                        ocr_languages=limits.ocr_languages, max_render_pixels=limits.max_render_pixels,
+                        ocr_languages=limits.ocr_languages, ocr_slots=_ocr_slots(),
+                        ocr_concurrency=limits.ocr_concurrency, max_render_pixels=limits.max_render_pixels,
                         max_image_pixels=limits.max_image_pixels, max_cells=limits.max_cells,
                         max_text_chars=limits.max_text_chars, max_part_size_bytes=limits.max_part_size_bytes,
                         max_memory_bytes=limits.max_memory_bytes)
+
+
+@functools.cache
+def _ocr_slots() -> str:
+    """The folder of this process's OCR slots (`parsers.slots`), made on first use, removed at exit."""
+    folder = tempfile.mkdtemp(prefix="docex-ocr-slots-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def schema_of(definition: dict[str, Any]) -> dict[str, Any]:
@@ -210,16 +222,17 @@ async def in_worker(fn: Callable[..., T | Failure], *args: Any, timeout_s: float
     return outcome
 
 
-_INSTALL = {"tesseract": "install the tesseract-ocr package", "rapidocr": "pip install 'docex[rapidocr]'"}
+_INSTALL = {"tesseract": "install the tesseract-ocr package",
+            "rapidocr": "reinstall docex: rapidocr and onnxruntime are among its dependencies"}
 
 
-def ocr_available(engine: str = "tesseract") -> bool:
+def ocr_available(engine: str) -> bool:
     if engine == "rapidocr":
         return rapidocr_version() is not None
     return shutil.which("tesseract") is not None
 
 
-def warn_if_ocr_missing(engine: str = "tesseract") -> bool:
+def warn_if_ocr_missing(engine: str) -> bool:
     """Log a warning when the OCR engine is missing; True when it is present.
 
     The daemon checks at start and on each SIGHUP (an engine installed or configured since

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from daemon.errors import JobError
 from daemon.extraction.document import Document
-from daemon.extraction.parsers import ParseOptions, parse
+from daemon.extraction.parsers import ParseOptions, heap, parse
 
 T = TypeVar("T")
 
@@ -57,6 +57,7 @@ def _collector_paused(fn: Callable[..., T], *args: Any) -> T:
     finally:
         if enabled:
             gc.enable()
+        heap.give_back()  # what the parse freed (its decoded pages, a reading's activations)
 
 
 def parse_document(path: str, mime_type: str, options: ParseOptions) -> Document | Failure:

@@ -36,7 +36,9 @@ WORKERS = 4
 # workers share the CPUs), so a job is still running 1 s after SIGTERM.
 FILLER_LINES = 25
 
-BASE_ENV = {**QUICK_ENV, "DOCEX_JOBS_WORKERS": str(WORKERS)}
+# Read by tesseract, not the default engine: its readings of these pages take a predictable
+# second or two, where RapidOCR's take 3 s of CPU each and would stretch every wait here.
+BASE_ENV = {**QUICK_ENV, "DOCEX_JOBS_WORKERS": str(WORKERS), "DOCEX_EXTRACTION_OCR_ENGINE": "tesseract"}
 
 
 # --- documents ----------------------------------------------------------------------

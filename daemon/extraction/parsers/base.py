@@ -27,9 +27,13 @@ from daemon.extraction.document import Document
 @dataclass(frozen=True, slots=True)
 class ParseOptions:
     max_pages: int = 500
-    # "tesseract" or "rapidocr" (`extraction.ocr_engine`).
-    ocr_engine: str = "tesseract"
+    # "rapidocr" or "tesseract" (`extraction.ocr_engine`).
+    ocr_engine: str = ExtractionConfig.ocr_engine
     ocr_languages: str = "eng"
+    # The folder of the OCR slots the daemon's parser processes share, and how many
+    # readings may hold one at once (`slots`); "" reads without waiting for a slot.
+    ocr_slots: str = ""
+    ocr_concurrency: int = ExtractionConfig.ocr_concurrency
     # Per page (or image): tesseract is killed after this long.
     ocr_timeout_s: float = 120.0
     # The size bounds inside formats (`extraction.*`; defaults from the configuration's).

@@ -1,17 +1,20 @@
-"""OCR with tesseract (through pytesseract), for images and scanned PDF pages
-(or with RapidOCR when `ParseOptions.ocr_engine` says so: `parsers.rapidocr`).
+"""OCR of images and scanned PDF pages, by RapidOCR (the default engine:
+`parsers.rapidocr`) or by tesseract (through pytesseract) when
+`ParseOptions.ocr_engine` says so; either holds an OCR slot while it reads
+(`parsers.slots`).
 
 Runs in a worker process. Tesseract is an external binary: when it is
 missing the daemon still starts (`tesseract_version` lets the service warn
 once at startup) and each job that needs OCR fails with ``OCR_FAILED``.
 
-An image whose first reading is unsure is read twice more: the part of it
-that holds text, at two other scales (its text lines about 20 and 30 pixels
-high). Tesseract's misreads on a low-resolution scan (a receipt at 150 dpi)
-change with the scale; the rules provider reads its fields in each reading
-and keeps what they agree on (`scanned.ScannedDocument`). Each re-read costs
-about as much as the first reading (recognition dominates; cropping the
-margins saves little), so an unsure scan costs about 2.5 readings.
+With tesseract, an image whose first reading is unsure is read twice more:
+the part of it that holds text, at two other scales (its text lines about 20
+and 30 pixels high). Tesseract's misreads on a low-resolution scan (a receipt
+at 150 dpi) change with the scale; the rules provider reads its fields in
+each reading and keeps what they agree on (`scanned.ScannedDocument`). Each
+re-read costs about as much as the first reading (recognition dominates;
+cropping the margins saves little), so an unsure scan costs about 2.5
+readings.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from daemon.extraction.document import Document, Page, Word, group_lines
 from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted, too_large
 from daemon.extraction.parsers.rapidocr import rapidocr_lines
 from daemon.extraction.parsers.scanned import ScannedDocument
+from daemon.extraction.parsers.slots import ocr_slot
 
 # Text smaller than this many pixels high is upscaled before OCR: tesseract
 # reads best with capital letters 20-40 px high (its documentation's advice
@@ -143,16 +147,17 @@ def ocr_readings(image: Image.Image, options: ParseOptions, *,
         PermanentJobError: OCR_FAILED when the first reading fails (a re-read
             that fails is only left out).
     """
-    if options.ocr_engine == "rapidocr":
-        return [rapidocr_lines(image)]  # one reading: its misreads are too few to vote on
-    started = time.monotonic()
-    gray = image.convert("L")
-    first = _first_reading(gray, options, already_sharp=already_sharp)
-    out: list[list[list[Word]] | None] = [first.lines]
-    done = [first.scale]
-    for height in _REREAD_LINE_HEIGHTS:
-        out.append(_reread(gray, first, height, done, options, started))
-    return out
+    with ocr_slot(options):
+        if options.ocr_engine == "rapidocr":
+            return [rapidocr_lines(image)]  # one reading: its misreads are too few to vote on
+        started = time.monotonic()
+        gray = image.convert("L")
+        first = _first_reading(gray, options, already_sharp=already_sharp)
+        out: list[list[list[Word]] | None] = [first.lines]
+        done = [first.scale]
+        for height in _REREAD_LINE_HEIGHTS:
+            out.append(_reread(gray, first, height, done, options, started))
+        return out
 
 
 def _page(lines: list[list[Word]], number: int, image: Image.Image) -> Page:
@@ -170,14 +175,15 @@ class _Reading:
 
 
 def ocr_lines(image: Image.Image, options: ParseOptions, *, already_sharp: bool = False) -> list[list[Word]]:
-    """Tesseract's lines of words, with boxes in `image`'s pixels (one reading).
+    """The engine's lines of words, with boxes in `image`'s pixels (one reading).
 
     Raises:
-        PermanentJobError: OCR_FAILED when tesseract is missing, fails or times out.
+        PermanentJobError: OCR_FAILED when the engine is missing or fails (or tesseract times out).
     """
-    if options.ocr_engine == "rapidocr":
-        return rapidocr_lines(image)
-    return _first_reading(image.convert("L"), options, already_sharp=already_sharp).lines
+    with ocr_slot(options):
+        if options.ocr_engine == "rapidocr":
+            return rapidocr_lines(image)
+        return _first_reading(image.convert("L"), options, already_sharp=already_sharp).lines
 
 
 def _first_reading(gray: Image.Image, options: ParseOptions, *, already_sharp: bool = False) -> _Reading:

@@ -1,22 +1,32 @@
 """OCR with RapidOCR: PaddleOCR's detection and recognition models run by
-onnxruntime, the optional engine (`extraction.ocr_engine = "rapidocr"`,
-installed with ``pip install 'docex[rapidocr]'``).
+onnxruntime, the default engine (`extraction.ocr_engine = "rapidocr"`; the
+models ship inside the `rapidocr` wheel, so nothing is downloaded at run time).
 
-Why a second engine: on low-resolution receipt scans tesseract's small
+Why it is the default: on low-resolution receipt scans tesseract's small
 English model misreads about one character in ten of a shop's name and
-address; these models misread about a third as many (on the 60 sample
-receipts the rules provider's mean field accuracy goes from 0.58 to 0.72, the
-company's from 0.63 to 0.87, the total's from 0.83 to 0.95). They cost ~220 MB
-installed, ~3.5 s a receipt on one core and a peak of 0.5 to 1.4 GB per worker
-process (its detector's activations grow with the image, resized to at most
-2000 px a side; 1280 px halves that peak but loses 0.02 of accuracy), so
-tesseract stays the default.
+address; these models misread about a third as many (README "Extraction"
+has the measured accuracy, CPU and memory of both engines).
 
-Runs in a worker process like tesseract; the models load once per process,
-on its first scan. Each text run RapidOCR finds (a phrase without a column
-gap) becomes one `Word`, boxed by its detected quadrilateral. Unlike a
-tesseract subprocess it cannot be killed on its own after a timeout: a stuck
-reading ends with its job's worker process.
+Runs in a worker process; the models load once per process, on its first
+scan. Each text run RapidOCR finds (a phrase without a column gap) becomes
+one `Word`, boxed by its detected quadrilateral. Unlike a tesseract
+subprocess it cannot be killed on its own after a timeout: a stuck reading
+ends with its job's worker process.
+
+Memory. The detector's activations for a page (shrunk to at most `MAX_SIDE`
+px a side) take ~0.6 GB while it runs. What used to come on top of them:
+
+- the page's full-size copies (PIL's RGB conversion, RapidOCR's numpy and
+  BGR copies: ~0.5 GB for a 600 dpi A4 scan) lived through the detection:
+  the page is shrunk here, once, exactly as RapidOCR would (`_model_input`),
+  and only that goes in;
+- what a reading freed stayed resident, and the worker's address space grew
+  reading after reading toward ``extraction.max_memory`` (`heap`): it is
+  given back after each reading, and by the worker after each document;
+- every thread got a malloc arena, and OpenBLAS buffers, of its own: OCR
+  workers have one arena and one BLAS thread (workers are one per CPU).
+
+What it reads is unchanged: the same pixels reach the models.
 """
 
 from __future__ import annotations
@@ -24,22 +34,31 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import os
 import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Word
+from daemon.extraction.parsers import heap
 
 if TYPE_CHECKING:
+    import numpy
     from PIL import Image
 
+# RapidOCR's own bound on the detector's input (its default): a larger page is
+# shrunk so that its longer side is this many pixels, rounded to a multiple of 32.
+MAX_SIDE = 2000
 # One inference thread per worker process: workers are already one per CPU.
 _PARAMS = {
     "Global.log_level": "error",
+    "Global.max_side_len": MAX_SIDE,
     "EngineConfig.onnxruntime.intra_op_num_threads": 1,
     "EngineConfig.onnxruntime.inter_op_num_threads": 1,
 }
 _engine: Any = None
+# How onnxruntime reports an allocation refused (RapidOCR passes its error text on).
+_REFUSED = ("std::bad_alloc", "Failed to allocate memory")
 # The detector pads each text box on every side (its "unclip" step) so that the
 # recogniser sees whole glyphs: its boxes are about twice as high as the text,
 # and the boxes of neighbouring lines overlap, which would merge them into one
@@ -61,12 +80,15 @@ def rapidocr_version() -> str | None:
 def _load() -> Any:
     global _engine
     if _engine is None:
+        # Before numpy, OpenCV and onnxruntime load and start their threads.
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        heap.one_arena()
         try:
             from rapidocr import RapidOCR
         except ImportError as exc:
             raise PermanentJobError(
                 "OCR_FAILED", "OCR is unavailable: the rapidocr engine is not installed "
-                "(pip install 'docex[rapidocr]')") from exc
+                "(a dependency of docex: reinstall it)") from exc
         try:
             _engine = RapidOCR(params=_PARAMS)
         except Exception as exc:  # its models missing or damaged: it would try to download them
@@ -91,8 +113,9 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
     """
     global _engine
     engine = _load()
+    pixels, scale_x, scale_y = _model_input(image)
     try:
-        output = engine(image.convert("RGB"))
+        output = engine(pixels)
     except BaseException as exc:
         # A failed run can leave onnxruntime's sessions unusable (an allocation refused under
         # extraction.max_memory made every later document of the same worker fail): the next
@@ -102,11 +125,17 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
             raise  # PARSE_OUT_OF_MEMORY, with the setting to raise (daemon.extraction.worker)
         if not isinstance(exc, Exception):
             raise
+        if any(words in str(exc) for words in _REFUSED):
+            raise MemoryError from exc  # onnxruntime's own words for it
         raise PermanentJobError("OCR_FAILED", f"rapidocr failed ({type(exc).__name__})") from exc
+    finally:
+        del pixels
+        heap.give_back()  # the activations' pages, before the next reading takes an OCR slot
     if output.txts is None or output.boxes is None or output.scores is None:
         return []  # no text found
     lines: list[list[Word]] = []
-    for raw, quad, score in zip(output.txts, output.boxes, output.scores, strict=True):
+    for raw, quad, score in zip(output.txts, _in_image(output.boxes, scale_x, scale_y, image), output.scores,
+                                strict=True):
         text = plain_text(str(raw))
         if not text:
             continue
@@ -118,3 +147,39 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
             x0, x1 = x0 + margin, x1 - margin
         lines.append([Word(text, x0, y0 + margin, x1, y1 - margin, max(0.0, min(1.0, float(score))))])
     return lines
+
+
+def _model_input(image: Image.Image) -> tuple[numpy.ndarray, float, float]:
+    """The BGR pixels RapidOCR would make of `image` (its longer side shrunk to
+    `MAX_SIDE`, rounded to multiples of 32, by OpenCV's bilinear resize), and
+    the scale of `image`'s pixels to them; made without a full-size BGR copy."""
+    import cv2
+    import numpy as np
+
+    if image.mode not in ("L", "RGB"):
+        image = image.convert("RGB")
+    pixels = np.asarray(image)
+    height, width = pixels.shape[:2]
+    if max(height, width) <= MAX_SIDE:
+        scale_x = scale_y = 1.0
+    else:
+        ratio = MAX_SIDE / max(height, width)
+        new_width = max(32, round(int(width * ratio) / 32) * 32)
+        new_height = max(32, round(int(height * ratio) / 32) * 32)
+        # Channel by channel, so grey pixels shrunk and then made BGR equal RGB ones shrunk.
+        pixels = cv2.resize(pixels, (new_width, new_height))
+        scale_x, scale_y = width / new_width, height / new_height
+    code = cv2.COLOR_GRAY2BGR if pixels.ndim == 2 else cv2.COLOR_RGB2BGR
+    return cv2.cvtColor(pixels, code), scale_x, scale_y
+
+
+def _in_image(boxes: numpy.ndarray, scale_x: float, scale_y: float, image: Image.Image) -> numpy.ndarray:
+    """RapidOCR's boxes, in the pixels of its input, in `image`'s (as it maps its own shrinking back)."""
+    if scale_x == scale_y == 1.0:
+        return boxes
+    boxes = boxes.copy()
+    boxes[..., 0] *= scale_x
+    boxes[..., 1] *= scale_y
+    boxes[..., 0] = boxes[..., 0].clip(max=image.width)
+    boxes[..., 1] = boxes[..., 1].clip(max=image.height)
+    return boxes

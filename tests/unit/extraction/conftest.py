@@ -15,6 +15,19 @@ from extraction_docs import (
     write_invoice_pdf,
     write_invoice_xlsx,
 )
+from system_requirements import require_tesseract
+
+from daemon.config import OCR_ENGINES
+
+
+@pytest.fixture(params=OCR_ENGINES)
+def ocr_engine(request: pytest.FixtureRequest) -> str:
+    """Each OCR engine in turn: RapidOCR (the default, installed with docex) and tesseract,
+    which skips (fails in CI) where the tesseract-ocr package is missing."""
+    if request.param == "tesseract":
+        require_tesseract()  # here, not in an async test: pytest-trio drops a skip's reason
+    engine: str = request.param
+    return engine
 
 
 @pytest.fixture

@@ -89,7 +89,7 @@ def test_the_ocr_engine_flag_reaches_the_parser(make_doc: Callable[..., Path], t
     run = docex(str(image), "--schema", schema_file(tmp_path), env=no_tesseract)
     assert run.returncode == 1
     assert json.loads(run.stdout)["errorCode"] == "OCR_FAILED"
-    # ...and the flag's engine, which wins over the configuration, can.
+    # ...and the flag's engine (the default one), which wins over the configuration, can.
     run = docex(str(image), "--schema", schema_file(tmp_path), "--ocr-engine", "rapidocr", env=no_tesseract)
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["result"] == INVOICE

@@ -21,7 +21,6 @@ import trio
 import trio_parallel
 from extraction_docs import INVOICE, SCHEMA
 from hostile_docs import HOSTILE, TEST_LIMITS, TEST_MAX_PAGES, Hostile, ParserPeaks, csv_huge, png_huge
-from system_requirements import needs_tesseract, require_tesseract
 
 from daemon.config import Config, load_config
 from daemon.errors import JobError
@@ -49,8 +48,6 @@ async def outcome(path: Path, config: Config) -> tuple[str, str, Extraction | No
 @pytest.fixture(params=HOSTILE, ids=[h.name for h in HOSTILE])
 def hostile(request: pytest.FixtureRequest) -> Hostile:
     file: Hostile = request.param
-    if file.ocr:
-        require_tesseract()  # here, not in the async test: pytest-trio drops a skip's reason
     return file
 
 
@@ -132,7 +129,6 @@ async def test_a_parse_past_its_memory_fails_and_the_worker_reads_the_next(
     assert peaks.peak_bytes < 400 * 1024**2
 
 
-@needs_tesseract  # two of the hostile files are pages without text
 async def test_a_normal_document_read_alongside_the_hostile_ones_completes(
     tmp_path: Path, make_doc: Callable[..., Path]
 ) -> None:

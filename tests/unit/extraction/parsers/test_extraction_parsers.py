@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from extraction_docs import write_turned_pdf
-from system_requirements import needs_tesseract, require_tesseract
+from PIL import Image
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document, Word, group_lines
@@ -71,27 +71,29 @@ def test_pdf_pages_are_all_read(make_doc: Callable[..., Path]) -> None:
     assert "Page 3 of 3" in document.pages[2].text
 
 
-@needs_tesseract
 @pytest.mark.parametrize("kind", IMAGE_KINDS)
-def test_images_are_read_by_ocr(make_doc: Callable[..., Path], kind: str) -> None:
-    document = parse(make_doc(kind), MIME[kind], OPTIONS)
+def test_images_are_read_by_ocr(make_doc: Callable[..., Path], kind: str, ocr_engine: str) -> None:
+    path = make_doc(kind)
+    document = parse(path, MIME[kind], ParseOptions(ocr_engine=ocr_engine))
     page = document.pages[0]
     assert page.ocr
+    assert (page.width, page.height) == Image.open(path).size
     assert "INV-2024-0042" in page.text
     assert "Widget" in page.text
     word = next(w for line in page.lines for w in line.words if "INV-2024-0042" in w.text)
     assert 0 < word.conf <= 1
-    assert 0 < word.x0 < word.x1 <= page.width
+    assert 0 <= word.x0 < word.x1 <= page.width and 0 <= word.y0 < word.y1 <= page.height
+    # Lines come top to bottom: the invoice number is printed above the table.
+    texts = lines_of(document)
+    number_line = next(i for i, text in enumerate(texts) if "INV-2024-0042" in text)
+    assert number_line < next(i for i, text in enumerate(texts) if "Widget" in text)
 
 
-@needs_tesseract
-def test_pdf_page_without_a_text_layer_is_read_by_ocr(make_doc: Callable[..., Path], tmp_path: Path) -> None:
-    image = make_doc("png")
-    from PIL import Image
-
+def test_pdf_page_without_a_text_layer_is_read_by_ocr(make_doc: Callable[..., Path], tmp_path: Path,
+                                                      ocr_engine: str) -> None:
     scanned = tmp_path / "scanned.pdf"
-    Image.open(image).convert("RGB").save(scanned, format="PDF", resolution=200)
-    document = parse(scanned, filetypes.PDF, OPTIONS)
+    Image.open(make_doc("png")).convert("RGB").save(scanned, format="PDF", resolution=200)
+    document = parse(scanned, filetypes.PDF, ParseOptions(ocr_engine=ocr_engine))
     page = document.pages[0]
     assert page.ocr
     assert "INV-2024-0042" in page.text
@@ -100,7 +102,6 @@ def test_pdf_page_without_a_text_layer_is_read_by_ocr(make_doc: Callable[..., Pa
     assert all(w.x1 <= page.width + 1 for line in page.lines for w in line.words)
 
 
-@needs_tesseract
 def test_multi_frame_tiff_has_a_page_per_frame(make_doc: Callable[..., Path]) -> None:
     document = parse(make_doc("tiff", frames=2), filetypes.TIFF, OPTIONS)
     assert document.page_count == 2
@@ -206,8 +207,6 @@ def test_a_pdf_with_a_broken_body_but_an_end_marker_is_corrupted(tmp_path: Path)
 def test_more_pages_than_the_limit_is_too_many_pages(
     make_doc: Callable[..., Path], kind: str, options: dict[str, int]
 ) -> None:
-    if kind == "tiff":
-        require_tesseract()
     path = make_doc(kind, **options)
     with pytest.raises(PermanentJobError) as caught:
         parse(path, MIME[kind], ParseOptions(max_pages=2))
@@ -222,7 +221,7 @@ def test_missing_tesseract_is_ocr_failed(make_doc: Callable[..., Path], monkeypa
     path = make_doc("png")
     monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", "/nonexistent/tesseract")
     with pytest.raises(PermanentJobError) as caught:
-        parse(path, filetypes.PNG, OPTIONS)
+        parse(path, filetypes.PNG, ParseOptions(ocr_engine="tesseract"))
     assert caught.value.code == "OCR_FAILED"
     assert "not installed" in caught.value.message
 

@@ -1,16 +1,20 @@
-"""The optional OCR engine (`extraction.ocr_engine = "rapidocr"`): images and
-scanned PDF pages read by RapidOCR, the same fields out of them, and a clear
-OCR_FAILED or configuration error where it cannot run."""
+"""The default OCR engine (`extraction.ocr_engine = "rapidocr"`): what it reads
+of a page (tests/unit/extraction/parsers/test_extraction_parsers.py reads
+images and scanned pages with both engines), the memory a reading leaves
+behind, and a clear OCR_FAILED or configuration error where it cannot run."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trio_parallel
 from extraction_docs import INVOICE, SCHEMA
 from PIL import Image
 
@@ -23,33 +27,6 @@ from daemon.extraction.pipeline import extract
 from daemon.jobs import filetypes
 
 RAPIDOCR = ParseOptions(ocr_engine="rapidocr")
-
-
-def test_an_image_is_read_with_boxes_and_confidences(make_doc: Callable[..., Path]) -> None:
-    path = make_doc("png")
-    document = parse(path, filetypes.PNG, RAPIDOCR)
-    page = document.pages[0]
-    assert page.ocr
-    assert "INV-2024-0042" in page.text
-    assert "Widget" in page.text
-    assert (page.width, page.height) == Image.open(path).size
-    word = next(w for line in page.lines for w in line.words if "INV-2024-0042" in w.text)
-    assert 0 < word.conf <= 1
-    assert 0 <= word.x0 < word.x1 <= page.width and 0 <= word.y0 < word.y1 <= page.height
-    # Lines come top to bottom: the invoice number is printed above the table.
-    texts = [line.text for line in page.lines]
-    number_line = next(i for i, text in enumerate(texts) if "INV-2024-0042" in text)
-    assert number_line < next(i for i, text in enumerate(texts) if "Widget" in text)
-
-
-def test_a_scanned_pdf_page_keeps_pdf_points(make_doc: Callable[..., Path], tmp_path: Path) -> None:
-    scanned = tmp_path / "scanned.pdf"
-    Image.open(make_doc("png")).convert("RGB").save(scanned, format="PDF", resolution=200)
-    page = parse(scanned, filetypes.PDF, RAPIDOCR).pages[0]
-    assert page.ocr
-    assert "INV-2024-0042" in page.text
-    assert page.width == pytest.approx(595, abs=2)
-    assert all(w.x1 <= page.width + 1 for line in page.lines for w in line.words)
 
 
 def test_full_width_forms_are_read_as_ascii() -> None:
@@ -66,8 +43,8 @@ def test_a_blank_image_has_no_text(tmp_path: Path) -> None:
     assert document.pages[0].text == ""
 
 
-async def test_the_configured_engine_extracts_the_fields(make_doc: Callable[..., Path]) -> None:
-    config = load_config(environ={"DOCEX_EXTRACTION_OCR_ENGINE": "rapidocr"})
+async def test_the_default_engine_extracts_every_field(make_doc: Callable[..., Path]) -> None:
+    config = load_config(environ={})
     extraction = await extract(make_doc("jpeg"), filetypes.JPEG, SCHEMA, config)
     assert extraction.result == INVOICE  # header fields and every line item, typed
     evidence = extraction.meta["fields"]["/total"]
@@ -80,7 +57,7 @@ def test_a_missing_engine_is_ocr_failed(make_doc: Callable[..., Path], monkeypat
     with pytest.raises(PermanentJobError) as caught:
         parse(make_doc("png"), filetypes.PNG, RAPIDOCR)
     assert caught.value.code == "OCR_FAILED"
-    assert "not installed" in caught.value.message and "docex[rapidocr]" in caught.value.message
+    assert "not installed" in caught.value.message and "reinstall" in caught.value.message
 
 
 def test_a_missing_engine_is_a_startup_warning(monkeypatch: pytest.MonkeyPatch,
@@ -90,7 +67,7 @@ def test_a_missing_engine_is_a_startup_warning(monkeypatch: pytest.MonkeyPatch,
         assert pipeline.warn_if_ocr_missing("rapidocr") is False
     warnings = [r for r in caplog.records if getattr(r, "action", None) == "extraction.ocr_missing"]
     assert len(warnings) == 1
-    assert "rapidocr" in warnings[0].getMessage() and "docex[rapidocr]" in warnings[0].getMessage()
+    assert "rapidocr" in warnings[0].getMessage() and "reinstall docex" in warnings[0].getMessage()
 
 
 def test_the_installed_engine_is_no_warning() -> None:
@@ -103,9 +80,10 @@ def test_an_unknown_engine_is_a_configuration_error() -> None:
     assert "extraction.ocr_engine" in str(caught.value) and "easyocr" in str(caught.value)
 
 
-def test_tesseract_stays_the_default() -> None:
-    assert load_config(environ={}).extraction.ocr_engine == "tesseract"
-    assert dataclasses.replace(RAPIDOCR, ocr_engine="tesseract") == ParseOptions()
+def test_rapidocr_is_the_default_and_tesseract_the_option() -> None:
+    assert load_config(environ={}).extraction.ocr_engine == "rapidocr"
+    assert ParseOptions().ocr_engine == "rapidocr"
+    assert load_config(environ={"DOCEX_EXTRACTION_OCR_ENGINE": "tesseract"}).extraction.ocr_engine == "tesseract"
 
 
 def test_an_allocation_refused_mid_run_is_out_of_memory_and_the_next_document_gets_a_fresh_engine(
@@ -121,3 +99,69 @@ def test_an_allocation_refused_mid_run_is_out_of_memory_and_the_next_document_ge
         engine_module.rapidocr_lines(Image.new("RGB", (200, 50), "white"))
     # The broken engine is dropped: the next document of the same worker is read by a new one.
     assert "INV-2024-0042" in parse(make_doc("png"), filetypes.PNG, RAPIDOCR).pages[0].text
+
+
+async def test_a_page_past_the_memory_limit_is_out_of_memory_and_the_worker_reads_the_next(
+    make_doc: Callable[..., Path]
+) -> None:
+    # A 600 dpi A4 page needs ~1.4 GiB of address space to read: under 900 MiB it is refused,
+    # by numpy or by onnxruntime (which says std::bad_alloc), and either way the job is told so.
+    base = load_config(environ={})
+    config = dataclasses.replace(base, extraction=dataclasses.replace(base.extraction,
+                                                                      max_memory_bytes=900 * 1024**2))
+    async with trio_parallel.cache_scope():
+        with pytest.raises(PermanentJobError) as caught:
+            await extract(make_doc("png", dpi=600), filetypes.PNG, SCHEMA, config)
+        assert caught.value.code == "PARSE_OUT_OF_MEMORY", caught.value.message
+        assert "extraction.max_memory (943,718,400 bytes)" in caught.value.message
+        # A smaller page fits: the same worker reads it, with an engine loaded afresh.
+        extraction = await extract(make_doc("png", dpi=100), filetypes.PNG, SCHEMA, config)
+    assert extraction.result["invoice_number"] == INVOICE["invoice_number"]
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L"])
+def test_a_page_larger_than_the_detector_is_read_as_rapidocr_reads_it(make_doc: Callable[..., Path],
+                                                                        mode: str) -> None:
+    # A4 at 300 dpi is 2481×3508 px: shrunk for the detector here, before RapidOCR sees it.
+    image = Image.open(make_doc("png", dpi=300)).convert(mode)
+    assert max(image.size) > engine_module.MAX_SIDE
+    ours = [word for line in engine_module.rapidocr_lines(image) for word in line]
+    own = engine_module._load()(image.convert("RGB"))  # RapidOCR shrinking the full page itself
+    assert [word.text for word in ours] == [engine_module.plain_text(text) for text in own.txts]
+    for word, quad in zip(ours, own.boxes, strict=True):
+        assert word.x0 >= float(quad[:, 0].min()) - 0.01 and word.x1 <= float(quad[:, 0].max()) + 0.01
+        assert word.y0 >= float(quad[:, 1].min()) - 0.01 and word.y1 <= float(quad[:, 1].max()) + 0.01
+
+
+MEASURE = """
+import json, sys
+from pathlib import Path
+from daemon.extraction.parsers import ParseOptions
+from daemon.extraction.worker import parse_document
+from daemon.jobs import filetypes
+
+def status():
+    lines = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return {key: int(lines[key].split()[0]) * 1024 for key in ("VmRSS", "VmHWM", "VmPeak")}
+
+small, large = map(Path, sys.argv[1:])
+parse_document(str(small), filetypes.PNG, ParseOptions())  # loads the models
+loaded = status()
+for _ in range(2):
+    parse_document(str(large), filetypes.PNG, ParseOptions())  # as a parser process does
+print(json.dumps({"loaded": loaded, "after": status()}))
+"""
+
+
+def test_a_worker_gives_back_the_memory_of_a_reading(make_doc: Callable[..., Path]) -> None:
+    # A4 at 600 dpi (4961×7016 px, as scanners save receipts): the largest page the detector
+    # gets, and the full-size copies that used to live through its run.
+    small, large = make_doc("png", dpi=100), make_doc("png", dpi=600)
+    run = subprocess.run([sys.executable, "-c", MEASURE, str(small), str(large)], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[4])
+    figures = json.loads(run.stdout)
+    loaded, after = figures["loaded"], figures["after"]
+    assert after["VmHWM"] - after["VmRSS"] > 300 * 1024**2  # the readings did take memory...
+    assert after["VmRSS"] - loaded["VmRSS"] < 150 * 1024**2  # ...and gave it back
+    # Under the default extraction.max_memory (address space), with room to spare.
+    assert after["VmPeak"] < 0.85 * load_config(environ={}).extraction.max_memory_bytes

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from extraction_docs import INVOICE, SCHEMA
-from system_requirements import require_tesseract
 
 from daemon.extraction.document import Document, Line, Page, Word, grid_page, grid_text_line, group_lines
 from daemon.extraction.parsers import ParseOptions, parse
@@ -25,8 +24,6 @@ MIME = {
 
 @pytest.mark.parametrize("kind", ["pdf", "docx", "xlsx", "html", "txt", "png", "jpeg"])
 def test_the_invoice_in_every_format(make_doc: Callable[..., Path], kind: str) -> None:
-    if kind in ("png", "jpeg"):
-        require_tesseract()
     document = parse(make_doc(kind), MIME[kind], ParseOptions())
     result, fields = extract_rules(document, SCHEMA)
     assert result == INVOICE

@@ -29,6 +29,10 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+# Tesseract's readings are voted on (RapidOCR reads once).
+TESSERACT = ParseOptions(ocr_engine="tesseract")
+
+
 def scanned(*texts: str, conf: float = 0.9) -> Document:
     """A page of text lines as OCR would give them (cells split by runs of spaces)."""
     lines: list[Line] = []
@@ -440,7 +444,7 @@ def write_receipt_jpeg(path: Path) -> Path:
 
 @needs_tesseract
 def test_a_clean_scan_is_read_once(tmp_path: Path) -> None:
-    document = parse(write_receipt_jpeg(tmp_path / "receipt.jpg"), filetypes.JPEG, ParseOptions())
+    document = parse(write_receipt_jpeg(tmp_path / "receipt.jpg"), filetypes.JPEG, TESSERACT)
     assert isinstance(document, ScannedDocument)
     assert document.readings == ()
     assert read(document)["total"] == 11.35
@@ -451,7 +455,7 @@ def test_an_unsure_scan_is_read_three_times_and_its_fields_found(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # A generated image reads too well to be unsure: every reading counts as unsure here.
     monkeypatch.setattr(ocr, "_SURE_ENOUGH", 1.01)
-    document = parse(write_receipt_jpeg(tmp_path / "receipt.jpg"), filetypes.JPEG, ParseOptions())
+    document = parse(write_receipt_jpeg(tmp_path / "receipt.jpg"), filetypes.JPEG, TESSERACT)
     assert isinstance(document, ScannedDocument)
     assert len(document.readings) == 2
     assert all(r.page_count == 1 and r.pages[0].ocr for r in document.readings)
