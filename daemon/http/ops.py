@@ -1,4 +1,4 @@
-"""Operations routes: liveness, readiness, Prometheus metrics. All public."""
+"""Operations routes: liveness, readiness, the settings a client needs, Prometheus metrics. All public."""
 
 from __future__ import annotations
 
@@ -44,6 +44,32 @@ class Readiness(ApiModel):
 async def health() -> dict[str, Any]:
     """The process is alive and serving HTTP."""
     return {"status": "ok", "version": __version__}
+
+
+class ReviewSettings(ApiModel):
+    confidenceThreshold: float
+
+
+class Settings(ApiModel):
+    registration: str
+    maxFileSize: int
+    review: ReviewSettings
+
+
+@blueprint.get("/api/settings")
+@public
+@tag(["operations"])
+@document_response(Settings)
+async def settings() -> dict[str, Any]:
+    """What a client shows or checks before it calls: whether anyone may register (`open`; when
+    `closed`, only the first account), the largest upload in bytes, and the confidence under
+    which a value needs a person (`GET /api/jobs?review=pending`)."""
+    config = services().config
+    return {
+        "registration": config.auth.registration,
+        "maxFileSize": config.jobs.max_file_size_bytes,
+        "review": {"confidenceThreshold": config.review.confidence_threshold},
+    }
 
 
 @blueprint.get("/api/ready")

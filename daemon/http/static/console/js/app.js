@@ -1,0 +1,137 @@
+// The console's shell: the bar with the navigation, the router over `#/…` addresses, and
+// notices. A screen is a module with `render(view, params, ctx)`: it fills `view` (the
+// <main> element) and stops its timers when `ctx.signal` aborts (the user went elsewhere).
+
+import * as api from "./api.js";
+import { fill, h } from "./dom.js";
+import * as account from "./screens/account.js";
+import * as admin from "./screens/admin.js";
+import * as jobs from "./screens/jobs.js";
+import * as queue from "./screens/queue.js";
+import * as review from "./screens/review.js";
+import * as schemas from "./screens/schemas.js";
+import * as signin from "./screens/signin.js";
+import * as webhooks from "./screens/webhooks.js";
+
+// [pattern, screen, title, needs a signed-in user, admin only]
+const ROUTES = [
+  ["/signin", signin, "Sign in", false],
+  ["/register", signin, "Register", false],
+  ["/jobs", jobs, "Jobs", true],
+  ["/jobs/:id", review, "Review", true],
+  ["/review", queue, "Review queue", true],
+  ["/schemas", schemas, "Schemas", true],
+  ["/schemas/:id", schemas, "Schema", true],
+  ["/webhooks", webhooks, "Webhooks", true],
+  ["/webhooks/:id", webhooks, "Webhook", true],
+  ["/account", account, "API keys and sessions", true],
+  ["/admin", admin, "Administration", true, true],
+];
+const NAV = [
+  ["#/jobs", "Jobs"],
+  ["#/review", "Review queue"],
+  ["#/schemas", "Schemas"],
+  ["#/webhooks", "Webhooks"],
+  ["#/account", "API keys"],
+];
+
+const main = document.getElementById("main");
+const bar = document.getElementById("bar");
+const notices = document.getElementById("notices");
+let current = null; // {controller} of the screen on show
+
+function match(path) {
+  for (const [pattern, screen, title, needsUser, adminOnly] of ROUTES) {
+    const names = [];
+    const regex = new RegExp(`^${pattern.replace(/:(\w+)/g, (_, name) => { names.push(name); return "([^/]+)"; })}$`);
+    const found = regex.exec(path);
+    if (found) {
+      const params = Object.fromEntries(names.map((name, i) => [name, decodeURIComponent(found[i + 1])]));
+      return { screen, title, needsUser, adminOnly, params, pattern };
+    }
+  }
+  return null;
+}
+
+export function navigate(hash) {
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+/** A short message in the notice area (read out by screen readers). */
+export function notify(message, kind = "info") {
+  const notice = h("p", { class: `notice notice-${kind}` }, message);
+  notices.append(notice);
+  setTimeout(() => notice.remove(), kind === "error" ? 8000 : 4000);
+}
+
+function drawBar(user, pattern) {
+  if (!user) {
+    bar.hidden = true;
+    return;
+  }
+  const links = [...NAV];
+  if (user.role === "ADMIN") links.push(["#/admin", "Admin"]);
+  const here = `#${pattern.split("/:")[0]}`;
+  fill(bar,
+    h("a", { class: "brand", href: "#/jobs" }, "docex"),
+    h("nav", { "aria-label": "Main" }, h("ul", {}, links.map(([href, label]) =>
+      h("li", {}, h("a", { href, "aria-current": href === here ? "page" : null }, label))))),
+    h("div", { class: "who" },
+      h("span", { title: user.email }, `${user.name} (${user.role.toLowerCase()})`),
+      h("button", { type: "button", class: "link", onclick: signOut }, "Sign out")));
+  bar.hidden = false;
+}
+
+async function signOut() {
+  try {
+    await api.signOut();
+  } catch (error) {
+    notify(`Sign-out failed: ${error.message}`, "error");
+  }
+  navigate("#/signin");
+}
+
+async function route() {
+  const [path, search] = (location.hash.replace(/^#/, "") || "/jobs").split("?");
+  const found = match(path);
+  if (current) current.controller.abort();
+  const controller = new AbortController();
+  current = { controller };
+  if (!found) {
+    drawBar(api.user(), "/");
+    fill(main, h("h1", {}, "Not found"), h("p", {}, "There is no such page. ", h("a", { href: "#/jobs" }, "Go to the jobs.")));
+    return;
+  }
+  let user = api.user();
+  if (!user && found.needsUser) user = await api.restore().catch(() => null);
+  if (controller.signal.aborted) return;
+  if (found.needsUser && !user) {
+    sessionStorage.setItem("docex.after-signin", location.hash);
+    navigate("#/signin");
+    return;
+  }
+  if (found.adminOnly && user.role !== "ADMIN") {
+    navigate("#/jobs");
+    return;
+  }
+  document.title = `${found.title} · docex`;
+  drawBar(user, found.pattern);
+  fill(main, h("p", { class: "muted" }, "Loading…"));
+  const ctx = {
+    user, signal: controller.signal, navigate, notify, path, pattern: found.pattern,
+    query: new URLSearchParams(search ?? ""),
+  };
+  try {
+    await found.screen.render(main, found.params, ctx);
+  } catch (error) {
+    if (controller.signal.aborted) return;
+    fill(main, h("h1", {}, found.title), h("p", { class: "error", role: "alert" }, error.message));
+  }
+}
+
+api.onSignedOut(() => {
+  if (location.hash !== "#/signin" && location.hash !== "#/register") navigate("#/signin");
+});
+window.addEventListener("hashchange", route);
+route();

@@ -1,0 +1,6 @@
+// Placeholder: this screen is being built.
+import { fill, h } from "../dom.js";
+
+export async function render(view) {
+  fill(view, h("h1", {}, "schemas"), h("p", {}, "Not built yet."));
+}

@@ -1,0 +1,49 @@
+// Sign in, and register (the first account becomes the admin; later ones only while
+// `auth.registration` is "open": the API answers 403 otherwise and we show its message).
+
+import * as api from "../api.js";
+import { field, fill, h } from "../dom.js";
+
+export async function render(view, params, ctx) {
+  const registering = ctx.pattern === "/register";
+  const name = h("input", { type: "text", name: "name", autocomplete: "name", required: true, maxlength: 100 });
+  const email = h("input", { type: "email", name: "email", autocomplete: "username", required: true });
+  const password = h("input", {
+    type: "password", name: "password", required: true, minlength: 6,
+    autocomplete: registering ? "new-password" : "current-password",
+  });
+  const problem = h("div", { class: "error", role: "alert", hidden: true });
+  const submit = h("button", { type: "submit", class: "primary" }, registering ? "Register" : "Sign in");
+
+  async function onSubmit(event) {
+    event.preventDefault();
+    problem.hidden = true;
+    submit.disabled = true;
+    try {
+      if (registering) await api.register(name.value, email.value, password.value);
+      else await api.signIn(email.value, password.value);
+      const back = sessionStorage.getItem("docex.after-signin");
+      sessionStorage.removeItem("docex.after-signin");
+      ctx.navigate(back && !back.startsWith("#/signin") && !back.startsWith("#/register") ? back : "#/jobs");
+    } catch (error) {
+      const messages = error instanceof api.ApiError ? error.messages : [error.message];
+      fill(problem, messages.length > 1 ? h("ul", {}, messages.map((m) => h("li", {}, m))) : messages[0]);
+      problem.hidden = false;
+      submit.disabled = false;
+    }
+  }
+
+  fill(view, h("section", { class: "card narrow" },
+    h("h1", {}, registering ? "Create an account" : "Sign in to docex"),
+    h("form", { onsubmit: onSubmit, novalidate: false },
+      registering ? field("Name", name) : null,
+      field("Email", email),
+      field("Password", password, registering ? { hint: "6 to 72 bytes." } : {}),
+      problem,
+      h("div", { class: "actions" }, submit)),
+    h("p", { class: "muted" }, registering
+      ? ["Have an account? ", h("a", { href: "#/signin" }, "Sign in")]
+      : ["New here? ", h("a", { href: "#/register" }, "Create an account"),
+        " (the first account administers docex)."])));
+  (registering ? name : email).focus();
+}
