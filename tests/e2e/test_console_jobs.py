@@ -11,9 +11,9 @@ from typing import Any
 
 import httpx
 from console_browser import (
-    expect,
     EXTRACTION_TIMEOUT_MS,
     RECEIPT_SCHEMA,
+    expect,
     open_console,
     write_receipt_pdf,
     write_scan,
