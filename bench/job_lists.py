@@ -17,9 +17,12 @@ client, --requests requests of each first page (limit 20):
   review       ?review=pending
 
 and prints p50/p99 of each in milliseconds, with the database's plan for the query
-behind it (SQLite: EXPLAIN QUERY PLAN; PostgreSQL: EXPLAIN), then one JSON line with
-every figure. It prints figures, it does not judge them. SQLite unless --database-url
-names a PostgreSQL database (a scratch schema, dropped at the end).
+behind it (SQLite: EXPLAIN QUERY PLAN; PostgreSQL: EXPLAIN). Then, in Debian's headless
+chromium (Playwright; skipped with a note if either is missing), the web console: signed
+in, the jobs screen is loaded --loads times and the time from navigation to its first
+page of rows on screen is printed (p50 and worst). Last, one JSON line with every
+figure. It prints figures, it does not judge them. SQLite unless --database-url names a
+PostgreSQL database (a scratch schema, dropped at the end).
 """
 
 from __future__ import annotations
@@ -46,8 +49,11 @@ SCHEMA = {"type": "object", "properties": {"total": {"type": "number"}}}
 RUN_SIZE = 100
 
 
-def _user(client: httpx.Client) -> tuple[dict[str, str], list[str]]:
-    pair = harness.register(client, f"bench-{secrets.token_hex(4)}@example.com", "bench-password-0123")
+PASSWORD = "bench-password-0123"
+
+
+def _user(client: httpx.Client, email: str) -> tuple[dict[str, str], list[str]]:
+    pair = harness.register(client, email, PASSWORD)
     headers = {"Authorization": f"Bearer {pair['accessToken']}"}
     schemas = [str(expect(client.post("/api/schemas", json={"name": f"S{i}", "definition": SCHEMA},
                                       headers=headers), 201, "create schema")["id"]) for i in range(2)]
@@ -129,11 +135,48 @@ def _plan(url: str, user_id: str, query: dict[str, str]) -> list[str]:
     return [str(row[-1]) for row in rows]
 
 
+def _console_first_page(base: str, email: str, loads: int) -> dict[str, Any] | None:
+    """Milliseconds from navigating to the console's jobs screen to its first rows on screen."""
+    import shutil
+
+    chromium = shutil.which("chromium")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if chromium is None or sync_playwright is None:
+        print("console: skipped (needs Debian's chromium and the pip package playwright)")
+        return None
+    times = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--headless", "--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{base}/#/signin")
+            page.get_by_label("Email").fill(email)
+            page.get_by_label("Password").fill(PASSWORD)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_role("heading", name="Jobs").wait_for()
+            for _ in range(loads):
+                # A reload: the page, its modules (revalidated), a token from the cookie, then the lists.
+                t = time.perf_counter()
+                page.goto(f"{base}/?load={_}#/jobs")  # a new URL: a whole new document
+                page.locator("table.grid tbody tr").nth(19).wait_for()
+                times.append((time.perf_counter() - t) * 1000)
+        finally:
+            browser.close()
+    figures = {"p50_ms": round(percentile(times, 0.5), 1), "max_ms": round(max(times), 1)}
+    print(f"console   jobs screen, navigation to 20 rows on screen: p50 {figures['p50_ms']:.0f} ms, "
+          f"worst {figures['max_ms']:.0f} ms of {loads} loads")
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--jobs", type=int, default=10_000, help="jobs of the user measured (another has as many)")
     parser.add_argument("--requests", type=int, default=100, help="requests of each first page")
     parser.add_argument("--database-url", default=None, help="PostgreSQL URL (default SQLite)")
+    parser.add_argument("--loads", type=int, default=10, help="loads of the console's jobs screen")
     args = parser.parse_args()
     if not harness.require_docex():
         return 1
@@ -150,9 +193,10 @@ def main() -> int:
     try:
         daemon.start()
         with httpx.Client(base_url=daemon.base, timeout=30) as client:
-            headers, schemas = _user(client)
+            email = f"bench-{secrets.token_hex(4)}@example.com"
+            headers, schemas = _user(client, email)
             user_id = expect(client.get("/api/auth/me", headers=headers), 200, "me")["id"]
-            other_headers, other_schemas = _user(client)
+            other_headers, other_schemas = _user(client, f"bench-{secrets.token_hex(4)}@example.com")
             other_id = expect(client.get("/api/auth/me", headers=other_headers), 200, "me")["id"]
             t0 = time.perf_counter()
             runs = _fill(url, user_id, schemas, args.jobs, seed=1)
@@ -175,6 +219,7 @@ def main() -> int:
                       f"({len(page['data'])} jobs shown)")
                 for line in _plan(url, user_id, query):
                     print(f"            {line}")
+        figures["console"] = _console_first_page(daemon.base, email, args.loads)
     finally:
         daemon.stop()
         if schema_name and args.database_url:
