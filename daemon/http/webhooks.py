@@ -7,6 +7,7 @@ request (``webhooks.allow_http``, ``webhooks.allow_private_networks``).
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from pydantic import ConfigDict, Field, field_validator
@@ -44,6 +45,8 @@ blueprint = Blueprint("webhooks", __name__, url_prefix="/api/webhooks")
 tag_blueprint(blueprint, ["webhooks"])
 
 MAX_PATTERNS = 50
+# One recovery is one transaction; a longer outage is recovered by calling again (hasMore).
+MAX_RECOVER = 1000
 _TYPE_PATTERN = r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$"
 
 
@@ -94,6 +97,13 @@ class SendBody(ApiModel):
         if value == PING:
             raise ValueError("type webhook.ping is reserved for POST /api/webhooks/:id/test")
         return value
+
+
+class RecoverBody(ApiModel):
+    model_config = ConfigDict(extra="forbid")
+
+    since: dt.datetime = Field(description="replay the DEAD deliveries created at or after this time "
+                                           "(ISO 8601; without a zone, UTC)")
 
 
 class DeliveryQuery(PageQuery):
@@ -154,6 +164,12 @@ class AttemptOut(ApiModel):
 
 class DeliveryDetailOut(DeliveryOut):
     attemptLog: list[AttemptOut] = Field(description="every attempt, oldest first")
+
+
+class RecoveredOut(ApiModel):
+    recovered: int = Field(description="how many DEAD deliveries were replayed by this call")
+    deliveries: list[DeliveryOut] = Field(description="the new deliveries, in the order of the originals")
+    hasMore: bool = Field(description=f"more than {MAX_RECOVER} were due: call again to replay the rest")
 
 
 class DeliveryPage(ApiModel):
@@ -376,3 +392,17 @@ async def replay(delivery_id: str) -> tuple[dict[str, Any], int]:
     the original's status. A disabled endpoint's replay waits until it is enabled again."""
     row = await services().db.run(repo.replay, current_principal().user_id, delivery_id, utcnow())
     return _delivered(row)
+
+
+@blueprint.post("/<endpoint_id>/recover")
+@validate_request(RecoverBody)
+@document_response(RecoveredOut, 202)
+async def recover(endpoint_id: str, data: RecoverBody) -> tuple[dict[str, Any], int]:
+    """Replay every failed (DEAD) delivery of this endpoint since a time, oldest first, as new
+    deliveries: after an outage of the receiver, one call sends again what it missed. A DEAD
+    delivery whose event was delivered to the endpoint again since (a replay, an earlier
+    recovery) is skipped, so each failed event is replayed once however often this is called."""
+    since = data.since if data.since.tzinfo is not None else data.since.replace(tzinfo=dt.UTC)
+    rows, more = await services().db.run(
+        repo.recover, current_principal().user_id, endpoint_id, since, utcnow(), MAX_RECOVER)
+    return {"recovered": len(rows), "deliveries": [delivery_json(row) for row in rows], "hasMore": more}, 202

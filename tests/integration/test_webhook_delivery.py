@@ -612,3 +612,59 @@ async def test_a_reload_applies_new_webhook_settings_to_the_running_dispatcher(
         sent = await call(client, "post", f"/api/webhooks/{ep['id']}/test", alice, 202)
         detail = await settled(client, alice, sent["id"], "DEAD")
         assert detail["attempts"] == 1 and "300 ms" in detail["lastError"]
+
+
+# --- bulk recovery --------------------------------------------------------------------------------
+
+
+async def test_recover_replays_each_dead_delivery_since_a_time_once_in_order(
+        client: Any, services: Services, alice: dict[str, str], dispatcher: None) -> None:
+    down = True
+
+    async def outage(request: Received) -> Reply:
+        return (503, {}, b"down") if down else (200, {}, b"ok")
+
+    async with open_receiver(outage) as receiver:
+        ep = await endpoint(client, alice, receiver)
+        base = f"/api/webhooks/{ep['id']}"
+        before = await call(client, "post", f"{base}/send", alice, 202, json={"data": {"n": 0}})
+        await settled(client, alice, before["id"], "DEAD")
+        await trio.sleep(0.01)
+        since = utcnow()
+        sent = [await call(client, "post", f"{base}/send", alice, 202, json={"data": {"n": n}}) for n in (1, 2, 3)]
+        for delivery in sent:
+            await settled(client, alice, delivery["id"], "DEAD")
+        down = False
+        fine = await call(client, "post", f"{base}/send", alice, 202, json={"data": {"n": 4}})
+        await settled(client, alice, fine["id"], "SUCCEEDED")
+        receiver.requests.clear()
+
+        recovered = await call(client, "post", f"{base}/recover", alice, 202, json={"since": since.isoformat()})
+        assert recovered["recovered"] == 3 and recovered["hasMore"] is False
+        # New deliveries in the order of the originals: the dispatcher claims them oldest first.
+        assert [d["eventId"] for d in recovered["deliveries"]] == [d["eventId"] for d in sent]
+        assert [d["id"] for d in recovered["deliveries"]] == sorted(d["id"] for d in recovered["deliveries"])
+        assert {d["id"] for d in recovered["deliveries"]}.isdisjoint({d["id"] for d in sent})
+        for delivery in recovered["deliveries"]:
+            await settled(client, alice, delivery["id"], "SUCCEEDED")
+        got = await receiver.wait_for(3)
+        # (Sent concurrently, like any deliveries: arrival order is not promised.)
+        assert sorted(json.loads(r.body)["data"]["n"] for r in got) == [1, 2, 3]
+        verified(got[0], ep["signingSecret"])
+
+        # Each failed event once: a second call finds nothing left to recover.
+        again = await call(client, "post", f"{base}/recover", alice, 202, json={"since": since.isoformat()})
+        assert again["recovered"] == 0 and again["deliveries"] == []
+        await trio.sleep(0.2)
+        assert len(receiver.requests) == 3
+
+
+async def test_recover_is_the_owners_and_needs_a_time(client: Any, services: Services, alice: dict[str, str]) -> None:
+    async with open_receiver() as receiver:
+        ep = await endpoint(client, alice, receiver)
+    r = await client.post("/api/auth/register", json={"name": "B", "email": "bob@example.com", "password": PASSWORD})
+    bob = {"Authorization": f"Bearer {(await r.get_json())['accessToken']}"}
+    await call(client, "post", f"/api/webhooks/{ep['id']}/recover", bob, 404, json={"since": "2026-01-01T00:00:00Z"})
+    for body in ({}, {"since": "yesterday"}, {"since": "2026-01-01T00:00:00Z", "extra": 1}):
+        problem = await call(client, "post", f"/api/webhooks/{ep['id']}/recover", alice, 400, json=body)
+        assert problem["statusCode"] == 400

@@ -205,6 +205,37 @@ def replay(conn: Connection, user_id: str, delivery_id: str, now: dt.datetime) -
     return Delivery.from_row(conn.execute(sa.select(deliveries).where(deliveries.c.id == new)).one())
 
 
+def recover(conn: Connection, user_id: str, endpoint_id: str, since: dt.datetime, now: dt.datetime,
+            limit: int) -> tuple[list[Delivery], bool]:
+    """Replay, oldest first, every DEAD delivery of the endpoint created at or after `since`
+    whose event has not been delivered to it again since (by a replay or an earlier recovery):
+    each failed event once, however often this is called. At most `limit` in one call.
+
+    Returns:
+        The new deliveries in the order of the originals, and whether more remain.
+
+    Raises:
+        Missing: no such endpoint of `user_id`.
+    """
+    owned_endpoint(conn, user_id, endpoint_id)
+    later = deliveries.alias("later")
+    dead = conn.execute(
+        sa.select(deliveries.c.event_id, deliveries.c.event_type)
+        .where(deliveries.c.endpoint_id == endpoint_id, deliveries.c.status == DeliveryStatus.DEAD,
+               deliveries.c.created_at >= since,
+               ~sa.exists().where(later.c.endpoint_id == endpoint_id, later.c.event_id == deliveries.c.event_id,
+                                  later.c.id > deliveries.c.id))
+        .order_by(deliveries.c.created_at, deliveries.c.id)
+        .limit(limit + 1)
+    ).all()
+    new_ids = [insert_delivery(conn, endpoint_id=endpoint_id, event_id=row.event_id, event_type=row.event_type,
+                               now=now) for row in dead[:limit]]
+    if not new_ids:
+        return [], len(dead) > limit
+    rows = conn.execute(sa.select(deliveries).where(deliveries.c.id.in_(new_ids)).order_by(deliveries.c.id))
+    return [Delivery.from_row(row) for row in rows], len(dead) > limit
+
+
 # --- deliveries: reading -------------------------------------------------------------------
 
 
