@@ -8,7 +8,10 @@ this provider adds what every operation shares, in one place:
   rate limits, 500 for any, plus what a route declares with `@error_responses(...)`;
 - the security schemes (an access token or an API key, both as Bearer);
 - path ids as ULIDs, request bodies in several encodings (`@request_bodies`), and
-  answers that are not JSON (`NoContent` for 204, `FileBytes`, `PlainText`, `HtmlPage`).
+  answers that are not JSON (`NoContent` for 204, `FileBytes`, `PlainText`, `HtmlPage`);
+- the `webhooks` section (OpenAPI 3.1): each event type of the catalog as the request
+  docex sends a receiver, its envelope and `data` typed, with an example, so receivers
+  can generate their types.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ from quart_schema.validation import DataSource
 from werkzeug.routing import BaseConverter, Rule
 
 from daemon.errors import reason_phrase
+from daemon.events import CATALOG
 from daemon.http.models import ApiModel
+from daemon.webhooks.models import EXAMPLES
 
 T = TypeVar("T")
 
@@ -133,6 +138,63 @@ def _name_inline_models(document: dict[str, Any]) -> None:
                 media["schema"] = {"$ref": f"#/components/schemas/{title}"}
 
 
+EVENT_ENVELOPE: dict[str, Any] = {
+    "title": "Event",
+    "type": "object",
+    "description": "The body of every delivery (as JSON; XML and form bodies carry the same fields).",
+    "properties": {
+        "id": {"type": "string", "description": "the event's id: the same on every delivery and replay of it"},
+        "type": {"type": "string"},
+        "data": {"type": "object"},
+        "occurredAt": {"type": "string", "format": "date-time"},
+    },
+    "required": ["id", "type", "data", "occurredAt"],
+}
+# What `data` holds, by the start of the event type (SPEC §9).
+_EVENT_DATA: list[tuple[str, dict[str, Any]]] = [
+    ("job_run.", {"type": "object", "properties": {"jobRun": {"$ref": "#/components/schemas/RunOut"}},
+                  "required": ["jobRun"]}),
+    ("job.", {"type": "object", "properties": {"job": {"$ref": "#/components/schemas/JobOut"}},
+              "required": ["job"]}),
+    ("webhook.ping", {"type": "object", "properties": {"endpointId": {"type": "string"},
+                                                       "message": {"const": "ping"}},
+                      "required": ["endpointId", "message"]}),
+]
+_DELIVERY_HEADERS = [
+    ("X-Webhook-Id", "the delivery's id: the same on each retry of it, new on a replay"),
+    ("X-Webhook-Event", "the event type"),
+    ("X-Webhook-Timestamp", "Unix seconds when the attempt was signed"),
+    ("X-Webhook-Signature", "t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.\" + body under the signing "
+                            "secret>[,v1=<with the previous secret, during a rotation>]; Stripe's verifiers accept it"),
+]
+
+
+def webhooks_section() -> dict[str, Any]:
+    """One POST per event type of the catalog: what a receiver is sent."""
+    section = {}
+    for event_type, meaning in CATALOG.items():
+        data = next((schema for prefix, schema in _EVENT_DATA if event_type.startswith(prefix)),
+                    {"type": "object", "description": "what the sender gave"})
+        envelope = {"id": "01jhx6m3c8q9v2w7n5k4t1r0ab", "type": event_type, "data": EXAMPLES.get(event_type, {}),
+                    "occurredAt": "2026-01-15T09:30:00.540Z"}
+        section[event_type] = {"post": {
+            "operationId": f"event_{event_type.replace('.', '_')}",
+            "summary": event_type,
+            "description": meaning,
+            "tags": ["webhooks"],
+            "parameters": [{"name": name, "in": "header", "required": True, "description": text,
+                            "schema": {"type": "string"}} for name, text in _DELIVERY_HEADERS],
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"allOf": [{"$ref": "#/components/schemas/Event"}, {"type": "object", "properties": {
+                    "type": {"const": event_type}, "data": data}}]},
+                "example": envelope,
+            }}},
+            "responses": {"2XX": {"description": "Received. Any other answer, a redirect or no answer within "
+                                                 "the timeout is retried with backoff."}},
+        }}
+    return section
+
+
 class DocexOpenAPI(OpenAPIProvider):
     def schema(self) -> dict[str, Any]:
         document = super().schema()
@@ -140,6 +202,8 @@ class DocexOpenAPI(OpenAPIProvider):
         components["schemas"]["Error"] = ErrorOut.model_json_schema()
         components["securitySchemes"] = SECURITY_SCHEMES
         _name_inline_models(document)
+        components["schemas"]["Event"] = EVENT_ENVELOPE
+        document["webhooks"] = webhooks_section()
         return document
 
     def build_paths(self, rule: Rule) -> tuple[dict[str, Any], dict[str, Any]]:

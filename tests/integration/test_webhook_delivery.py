@@ -100,6 +100,14 @@ def verified(request: Received, *secrets: str) -> dict[str, Any]:
     return json.loads(request.body) if request.headers["content-type"] == "application/json" else {}
 
 
+def documented_event(document: dict[str, Any], event_type: str) -> Any:
+    """A validator of the body the OpenAPI document's `webhooks` section gives `event_type`."""
+    import jsonschema
+
+    pointer = f"#/webhooks/{event_type}/post/requestBody/content/application~1json/schema"
+    return jsonschema.Draft202012Validator({**document, "$ref": pointer})
+
+
 async def user_id(client: Any, auth: dict[str, str]) -> str:
     return str((await call(client, "get", "/api/auth/me", auth, 200))["id"])
 
@@ -124,13 +132,16 @@ async def test_each_job_and_job_run_event_is_delivered_and_verifies_with_stripe(
         uid = await user_id(client, alice)
         schema = await call(client, "post", "/api/schemas", alice, 201, json={"name": "S", "definition": SCHEMA})
 
+        # resultMeta as a worker writes it: the document below checks every field of the body.
+        meta = {"provider": "rules", "model": None, "durationMs": 5.0, "fields": {}, **completeness([])}
+
         def lifecycle(conn: sa.Connection) -> None:
             now = utcnow()
             file = NewJob(file_name="a.txt", file_size=3, mime_type="text/plain", sha256="0" * 64, blob_key="k")
             jobs_repo.create_run(conn, user_id=uid, schema_id=schema["id"], items=[file, file], now=now)
             first = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
             jobs_repo.complete_job(conn, job_id=first.id, owner="w", result={"total": 1.0},
-                                   meta=completeness([]), page_count=1, now=now)
+                                   meta=meta, page_count=1, now=now)
             jobs_repo.patch_result(conn, uid, first.id, {"total": 2.0}, [], now)
             second = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
             jobs_repo.fail_job(conn, job_id=second.id, owner="w", code="CORRUPTED_FILE", message="bad",
@@ -138,7 +149,7 @@ async def test_each_job_and_job_run_event_is_delivered_and_verifies_with_stripe(
             jobs_repo.create_run(conn, user_id=uid, schema_id=schema["id"], items=[file], now=now)
             third = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
             jobs_repo.complete_job(conn, job_id=third.id, owner="w", result={"total": 3.0},
-                                   meta=completeness([]), page_count=1, now=now)
+                                   meta=meta, page_count=1, now=now)
             lone = jobs_repo.create_job(conn, user_id=uid, schema_id=schema["id"], new=file, now=now)
             jobs_repo.cancel_job(conn, uid, lone.id, now)
 
@@ -149,9 +160,12 @@ async def test_each_job_and_job_run_event_is_delivered_and_verifies_with_stripe(
         await trio.sleep(0.2)
         assert len(receiver.requests) == len(recorded)  # once each
 
+        document = await (await client.get("/api/openapi.json")).get_json()
         by_event = {}
         for request in receiver.requests:
             envelope = verified(request, ep["signingSecret"])
+            # The body is what the OpenAPI document's `webhooks` section says receivers get.
+            documented_event(document, envelope["type"]).validate(envelope)
             assert set(envelope) == {"id", "type", "data", "occurredAt"}
             assert request.headers["x-webhook-event"] == envelope["type"]
             by_event[envelope["id"]] = envelope
