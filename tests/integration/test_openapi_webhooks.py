@@ -32,7 +32,8 @@ async def test_every_event_type_is_documented_with_a_valid_example(client: Any) 
 
 
 @pytest.mark.parametrize(("event_type", "body"), [
-    ("job.completed", {"id": "e", "type": "job.completed", "data": {"jobRun": {}}, "occurredAt": "2026-01-01T00:00:00Z"}),
+    ("job.completed", {"id": "e", "type": "job.completed", "data": {"jobRun": {}},
+                       "occurredAt": "2026-01-01T00:00:00Z"}),
     ("job.completed", {"id": "e", "type": "job.failed", "data": {"job": None}, "occurredAt": "2026-01-01T00:00:00Z"}),
     ("job_run.progress", {"id": "e", "type": "job_run.progress", "data": {"jobRun": {"id": 1}},
                           "occurredAt": "2026-01-01T00:00:00Z"}),
