@@ -33,6 +33,7 @@ from daemon.storage.repos import jobs as jobs_repo
 from daemon.storage.repos.jobs import NewJob
 from daemon.storage.tables import deliveries, events
 from daemon.webhooks.dispatcher import run_dispatcher
+from daemon.webhooks.signing import SignatureVerificationError, verify_signature
 
 PASSWORD = "correct horse 42"
 SCHEMA = {"type": "object", "properties": {"total": {"type": "number"}}}
@@ -93,10 +94,12 @@ async def settled(client: Any, auth: dict[str, str], delivery_id: str, *statuses
 
 
 def verified(request: Received, *secrets: str) -> dict[str, Any]:
-    """The envelope of a request whose signature Stripe's verifier accepts with each of `secrets`."""
+    """The envelope of a request whose signature Stripe's verifier, and docex's for receivers,
+    accept with each of `secrets`."""
     for secret in secrets:
         assert stripe.WebhookSignature.verify_header(
             request.body, request.headers["x-webhook-signature"], secret, tolerance=300)
+        verify_signature(request.body, request.headers["x-webhook-signature"], secret)  # docex's own agrees
     return json.loads(request.body) if request.headers["content-type"] == "application/json" else {}
 
 
@@ -427,6 +430,8 @@ async def test_during_a_rotation_both_secrets_verify_then_only_the_new_one(
         for stale in (new, old):
             with pytest.raises(stripe.SignatureVerificationError):
                 stripe.WebhookSignature.verify_header(after.body, after.headers["x-webhook-signature"], stale)
+            with pytest.raises(SignatureVerificationError):
+                verify_signature(after.body, after.headers["x-webhook-signature"], stale)
 
 
 async def test_an_expired_overlap_drops_the_previous_signature(client: Any, services: Services,
