@@ -15,7 +15,7 @@ from quart_trio import QuartTrio
 
 from daemon import __version__
 from daemon.auth.guard import install_guard
-from daemon.http import admin, auth, console, docs, integrations, job_pages, jobs, ops, schemas, webhooks
+from daemon.http import admin, auth, console, docs, exports, integrations, job_pages, jobs, ops, schemas, webhooks
 from daemon.http.errors import install_error_handlers
 from daemon.http.openapi import DocexOpenAPI
 from daemon.http.ops import refresh_job_gauges
@@ -58,7 +58,7 @@ def create_app(services: Services) -> QuartTrio:
     services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
     for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, job_pages.blueprint,
                       schemas.blueprint, webhooks.blueprint, integrations.blueprint, docs.blueprint,
-                      console.blueprint):
+                      console.blueprint, exports.blueprint):
         app.register_blueprint(blueprint)
     return app
 

@@ -1,0 +1,219 @@
+"""Exports: a run's jobs, or any filtered job list, as CSV, XLSX or JSON Lines.
+
+    GET /api/job-runs/:id/export?format=csv|xlsx|jsonl[&items=rows|sheets]
+    GET /api/jobs/export?format=...&status=&schemaId=&jobRunId=&createdAfter=&createdBefore=&complete=
+
+Streamed in constant memory: jobs are read a page at a time and written as they come
+(XLSX through openpyxl's write-only workbook into a temporary file, then sent). The
+columns and rows are daemon.jobs.export's; CSV cells that a spreadsheet would run as a
+formula get a leading apostrophe, XLSX writes them as text cells.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import trio
+from pydantic import Field
+from quart import Blueprint
+from quart_schema import document_response, tag_blueprint, validate_querystring
+from quart_trio.wrappers.response import TrioResponse as Response
+
+from daemon.auth.guard import current_principal
+from daemon.errors import BadRequest, NotFound
+from daemon.http.context import services
+from daemon.http.jobs import JobQuery
+from daemon.http.models import ApiModel
+from daemon.http.openapi import FileBytes, error_responses
+from daemon.jobs import export
+from daemon.jobs.records import job_json
+from daemon.services import Services
+from daemon.storage.repos import jobs as jobs_repo
+from daemon.storage.repos import schemas as schemas_repo
+from daemon.storage.repos.jobs import JobFilter
+
+blueprint = Blueprint("exports", __name__, url_prefix="/api")
+tag_blueprint(blueprint, ["jobs"])
+
+PAGE_SIZE = 500  # jobs read per database round trip
+CHUNK_BYTES = 64 * 1024
+CONTENT_TYPES = {
+    "csv": "text/csv; charset=utf-8",
+    "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+    "jsonl": "application/x-ndjson",
+}
+Format = Literal["csv", "xlsx", "jsonl"]
+
+
+class ExportOptions(ApiModel):
+    format: Format = Field(default="csv", description="csv, xlsx or jsonl (one job object per line)")
+    items: Literal["rows", "sheets"] = Field(
+        default="rows", description="arrays of objects (line items): one row per item repeating the job's "
+        "columns (rows), or in XLSX a sheet per array keyed by jobId (sheets)")
+
+
+class RunExportQuery(ExportOptions):
+    pass
+
+
+class JobsExportQuery(ExportOptions, JobQuery):
+    """The filters of GET /api/jobs (without cursor and limit: every job that matches)."""
+
+
+async def _jobs(state: Services, user_id: str, where: JobFilter) -> AsyncIterator[dict[str, Any]]:
+    """Every job matching `where`, as job objects, a page at a time."""
+    cursor = None
+    while True:
+        page = await state.db.read(jobs_repo.list_jobs, user_id, where, PAGE_SIZE, cursor)
+        for job in page[:PAGE_SIZE]:
+            yield job_json(job)
+        if len(page) <= PAGE_SIZE:
+            return
+        cursor = page[PAGE_SIZE - 1].id
+
+
+async def _csv(jobs: AsyncIterator[dict[str, Any]], shape: export.Layout) -> AsyncIterator[bytes]:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    buffer.write("\ufeff")  # a BOM: Excel then reads the file as UTF-8
+    writer.writerow(export.rows_header(shape))
+    async for job in jobs:
+        writer.writerows([export.neutralised(v) for v in row] for row in export.rows(job, shape))
+        if buffer.tell() >= CHUNK_BYTES:
+            yield buffer.getvalue().encode("utf-8")
+            buffer.seek(0)
+            buffer.truncate()
+    yield buffer.getvalue().encode("utf-8")
+
+
+async def _jsonl(jobs: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    lines: list[str] = []
+    async for job in jobs:
+        lines.append(json.dumps(job, ensure_ascii=False, separators=(",", ":")))
+        if len(lines) >= PAGE_SIZE:
+            yield ("\n".join(lines) + "\n").encode("utf-8")
+            lines = []
+    if lines:
+        yield ("\n".join(lines) + "\n").encode("utf-8")
+
+
+class _Workbook:
+    """An openpyxl write-only workbook on a temporary file: rows go to disk as they come."""
+
+    def __init__(self, shape: export.Layout, items: str) -> None:
+        from openpyxl import Workbook
+
+        self.shape = shape
+        self.book = Workbook(write_only=True)
+        self.jobs = self.book.create_sheet("jobs")
+        self.sheets = items == "sheets" and bool(shape.tables)
+        self.tables = [(table, self.book.create_sheet(_sheet_name(table.name, i)))
+                       for i, table in enumerate(shape.tables)] if self.sheets else []
+        self.jobs.append(self._text_cells(self.shape.header() if self.sheets else export.rows_header(shape),
+                                          self.jobs))
+        for table, sheet in self.tables:
+            sheet.append(self._text_cells(["jobId", *(name for name, _ in table.columns)], sheet))
+
+    @staticmethod
+    def _text_cells(values: list[Any], sheet: Any) -> list[Any]:
+        from openpyxl.cell import WriteOnlyCell
+
+        cells = []
+        for value in values:
+            written = WriteOnlyCell(sheet, value=value)
+            if isinstance(value, str):
+                written.data_type = "s"  # never a formula, whatever it starts with
+            cells.append(written)
+        return cells
+
+    def add(self, jobs: list[dict[str, Any]]) -> None:
+        for job in jobs:
+            if not self.sheets:
+                for row in export.rows(job, self.shape):
+                    self.jobs.append(self._text_cells(row, self.jobs))
+                continue
+            self.jobs.append(self._text_cells(export.job_cells(job, self.shape), self.jobs))
+            for table, sheet in self.tables:
+                for item in export.items(job, table):
+                    sheet.append(self._text_cells([job["id"], *export.item_cells(item, table)], sheet))
+
+    def save(self, path: str) -> None:
+        self.book.save(path)
+
+
+def _sheet_name(name: str, index: int) -> str:
+    # Excel: at most 31 characters, none of []:*?/\ ; "jobs" is taken.
+    cleaned = "".join(c for c in name if c not in "[]:*?/\\")[:28] or "items"
+    return cleaned if cleaned != "jobs" else f"{cleaned}{index + 1}"
+
+
+async def _xlsx(jobs: AsyncIterator[dict[str, Any]], shape: export.Layout, items: str) -> AsyncIterator[bytes]:
+    fd, path = tempfile.mkstemp(prefix="docex-export-", suffix=".xlsx")
+    os.close(fd)
+    try:
+        book = await trio.to_thread.run_sync(_Workbook, shape, items)
+        page: list[dict[str, Any]] = []
+        async for job in jobs:
+            page.append(job)
+            if len(page) >= PAGE_SIZE:
+                await trio.to_thread.run_sync(book.add, page)
+                page = []
+        await trio.to_thread.run_sync(book.add, page)
+        await trio.to_thread.run_sync(book.save, path)
+        async with await trio.open_file(path, "rb") as file:
+            while chunk := await file.read(CHUNK_BYTES):
+                yield chunk
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(os.unlink, path)
+
+
+async def _export(user_id: str, where: JobFilter, schema_id: str | None, options: ExportOptions,
+                  name: str) -> Response:
+    state = services()
+    shape = export.Layout((), ())
+    if options.format != "jsonl":
+        if schema_id is None:
+            raise BadRequest(["schemaId is required for csv and xlsx: their columns are the schema's fields "
+                              "(jsonl needs none)"])
+        schema = await state.db.read(schemas_repo.get_schema, user_id, schema_id, include_deleted=True)
+        if schema is None:
+            raise BadRequest([f"schemaId {schema_id} is not one of your schemas"])
+        shape = export.layout(schema.definition)
+    jobs = _jobs(state, user_id, where)
+    body = (_jsonl(jobs) if options.format == "jsonl" else _csv(jobs, shape) if options.format == "csv"
+            else _xlsx(jobs, shape, options.items))
+    response = Response(body, content_type=CONTENT_TYPES[options.format])
+    response.headers["Content-Disposition"] = f'attachment; filename="{name}.{options.format}"'
+    response.headers["Cache-Control"] = "no-store"
+    response.timeout = None  # a large export takes as long as it takes; the client's reading paces it
+    return response
+
+
+@blueprint.get("/job-runs/<run_id>/export")
+@validate_querystring(RunExportQuery)
+@document_response(FileBytes)
+async def export_run(run_id: str, query_args: RunExportQuery) -> Response:
+    """The run's jobs, newest first, as a CSV, XLSX or JSON Lines file (see the README's Export)."""
+    user_id = current_principal().user_id
+    run = await services().db.read(jobs_repo.get_run, user_id, run_id)
+    if run is None:
+        raise NotFound("Job run not found")
+    return await _export(user_id, JobFilter(job_run_id=run.id), run.schema_id, query_args, f"run-{run.id}")
+
+
+@blueprint.get("/jobs/export")
+@validate_querystring(JobsExportQuery)
+@document_response(FileBytes)
+@error_responses(400)
+async def export_jobs(query_args: JobsExportQuery) -> Response:
+    """Every job GET /api/jobs would list with these filters, as a CSV, XLSX or JSON Lines file;
+    csv and xlsx need schemaId (their columns are its fields)."""
+    return await _export(current_principal().user_id, query_args.filter(), query_args.schemaId, query_args,
+                         "jobs")
