@@ -188,9 +188,14 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         page.get_by_role("button", name="Enable").wait_for()
         [off] = endpoints()
         assert off["enabled"] is False and off["disabledReason"]
+        expect(page.get_by_text(off["disabledReason"])).to_be_visible()
+        # A disabled endpoint is sent nothing: no test is offered.
+        expect(page.get_by_role("button", name="Send test")).to_be_disabled()
+        page.get_by_text("Enable the endpoint to send a test.").wait_for()
         page.get_by_role("button", name="Enable").click()
         page.get_by_role("button", name="Disable").wait_for()
         assert endpoints()[0]["enabled"] is True
+        expect(page.get_by_role("button", name="Send test")).to_be_enabled()
 
         # Edit the settings.
         page.get_by_text("Settings", exact=True).click()

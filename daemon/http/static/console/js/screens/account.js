@@ -83,7 +83,7 @@ export async function render(view, params, ctx) {
           await api.del(`/api/auth/sessions/${encodeURIComponent(s.id)}`);
           ctx.notify("Session ended.");
           await refreshSessions();
-        }, { danger: true, yes: "Yes, end it" }))],
+        }, { danger: true, yes: "Yes, end it", label: `End session of ${s.userAgent ?? "an unknown program"} at ${s.ip ?? "an unknown address"}` }))],
     ], sessions, { caption: "Where you are signed in, newest first", empty: "No active sessions." }));
   }
 

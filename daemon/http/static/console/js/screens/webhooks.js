@@ -33,7 +33,8 @@ function showProblems(box, error) {
 function statusBadges(endpoint) {
   return endpoint.enabled
     ? badge("enabled", "ok")
-    : [badge("disabled", "bad"), endpoint.disabledReason ? h("span", { class: "muted" }, endpoint.disabledReason) : null];
+    : [badge("disabled", "bad"),
+      endpoint.disabledReason ? h("span", { class: "muted disabled-reason" }, endpoint.disabledReason) : null];
 }
 
 function eventsText(endpoint) {
@@ -204,14 +205,16 @@ async function renderEndpoint(view, id, catalog, ctx) {
   function drawEndpoint() {
     fill(heading, "Webhook endpoint");
     fill(summary, h("p", { class: "endpoint-url" }, h("code", {}, endpoint.url)),
-      h("p", {}, statusBadges(endpoint), " ",
-        h("span", { class: "muted" },
-          `${endpoint.deliveryMode.toLowerCase()} · ${endpoint.bodyFormat} · events: ${eventsText(endpoint)}`
-          + ` · ${endpoint.consecutiveDeadDeliveries} dead in a row`
-          + (endpoint.schemaIds.length ? ` · bound to ${endpoint.schemaIds.length} schema(s)` : ""))),
+      h("p", {}, statusBadges(endpoint)),
+      h("p", { class: "muted" },
+        `${endpoint.deliveryMode.toLowerCase()} · ${endpoint.bodyFormat} · events: ${eventsText(endpoint)}`
+        + ` · ${endpoint.consecutiveDeadDeliveries} dead in a row`
+        + (endpoint.schemaIds.length ? ` · bound to ${endpoint.schemaIds.length} schema(s)` : "")),
       endpoint.description ? h("p", {}, endpoint.description) : null);
+    // A disabled endpoint is sent nothing (the API answers 409): say so instead of offering it.
     fill(controls,
-      h("button", { type: "button", onclick: sendTest }, "Send test"),
+      h("button", { type: "button", onclick: sendTest, disabled: !endpoint.enabled,
+        "aria-describedby": endpoint.enabled ? null : "send-test-off" }, "Send test"),
       endpoint.enabled
         ? h("button", { type: "button", onclick: () => setEnabled(false) }, "Disable")
         : h("button", { type: "button", class: "primary", onclick: () => setEnabled(true) }, "Enable"),
@@ -219,7 +222,8 @@ async function renderEndpoint(view, id, catalog, ctx) {
         "Make a new signing secret? For a day deliveries carry signatures by both the new and the old one.",
         rotate, { yes: "Yes, rotate the secret" }),
       confirmButton("Delete endpoint", "Delete this endpoint and its delivery log? Pending deliveries are dropped.",
-        remove, { danger: true, yes: "Yes, delete the endpoint" }));
+        remove, { danger: true, yes: "Yes, delete the endpoint" }),
+      endpoint.enabled ? null : h("span", { class: "muted", id: "send-test-off" }, "Enable the endpoint to send a test."));
   }
 
   async function act(work) {
@@ -302,6 +306,7 @@ async function renderEndpoint(view, id, catalog, ctx) {
       ["Last answer", (d) => (d.lastStatusCode ?? d.lastError ?? "—")],
       ["Created", (d) => when(d.createdAt)],
       ["", (d) => h("button", { type: "button", class: "link", "aria-pressed": String(selected?.id === d.id),
+        "aria-label": `Show attempts of ${d.eventType} delivery ${d.id.slice(-8)}`,
         onclick: () => act(() => showDelivery(d.id)) }, "Show attempts")],
     ], page.data, {
       caption: "Deliveries, newest first", empty: "No deliveries match.",
