@@ -207,6 +207,21 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         assert edited["description"] == "ledger sync"
         assert edited["events"] == ["job.completed", "job.failed", "job_run.*"]
 
+        # The log is paged: 20 deliveries a page (3 pings so far, then 20 manual sends).
+        for n in range(20):
+            sent = httpx.post(console.daemon.url(f"/api/webhooks/{endpoint['id']}/send"), headers=auth,
+                              json={"data": {"n": n}})
+            assert sent.status_code == 202, sent.text
+        page.reload()
+        expect(deliveries.get_by_role("row")).to_have_count(21)
+        expect(deliveries.get_by_role("row").nth(1)).to_contain_text("webhook.send")
+        page.get_by_role("button", name="Next page").click()
+        page.get_by_text("Page 2").wait_for()
+        expect(deliveries.get_by_role("row")).to_have_count(4)
+        expect(deliveries.get_by_role("row").filter(has_text="webhook.ping")).to_have_count(3)
+        page.get_by_role("button", name="Previous page").click()
+        expect(deliveries.get_by_role("row")).to_have_count(21)
+
         # Delete (asked first): back to the list, gone from the API.
         page.get_by_role("button", name="Delete endpoint").click()
         page.get_by_role("button", name="Yes, delete the endpoint").click()
