@@ -1,0 +1,76 @@
+// Pieces the webhooks, account and admin screens share: a secret shown once, and a
+// confirmation asked in place (no window.confirm: a modal the page cannot style, that
+// screen readers announce poorly and that blocks every other tab of the browser).
+
+import { fill, h, uid } from "./dom.js";
+
+/** A once-shown secret (an endpoint's signing secret, an API key) with a copy button.
+ *
+ * `what` names it in the sentence ("signing secret"); `copyLabel` is the button's text. */
+export function secretBox(secret, { what, copyLabel, heading }) {
+  const code = h("code", { id: uid("secret") }, secret);
+  const status = h("span", { class: "muted", role: "status" });
+  async function copy() {
+    try {
+      await navigator.clipboard.writeText(secret);
+      status.textContent = "Copied.";
+    } catch {
+      // No clipboard permission (an insecure origin, a locked-down browser): select the
+      // text so a keyboard copy takes it.
+      const range = document.createRange();
+      range.selectNodeContents(code);
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      status.textContent = "Selected: press Ctrl+C (⌘C) to copy it.";
+    }
+  }
+  const box = h("div", { class: "secret", "aria-labelledby": `${code.id}-heading` },
+    h("h3", { id: `${code.id}-heading` }, heading),
+    h("p", {}, `Copy the ${what} now: it will not be shown again.`),
+    h("p", {}, code),
+    h("div", { class: "actions" },
+      h("button", { type: "button", class: "primary", onclick: copy }, copyLabel),
+      h("button", { type: "button", onclick: () => box.remove() }, "I have stored it"),
+      status));
+  return box;
+}
+
+/** A button that asks before it acts: the question and "Yes, …"/"Cancel" take its place.
+ *
+ * `action` is awaited; if it throws, its message shows beside the button again. Options:
+ * `yes` (the confirming button's text), `danger` (red buttons), `label` (an accessible name
+ * naming the thing acted on, e.g. "Revoke API key ci"). */
+export function confirmButton(text, question, action, { yes, danger = false, label } = {}) {
+  const box = h("span", { class: "confirm" });
+  const trigger = h("button", { type: "button", class: danger ? "danger" : null, "aria-label": label, onclick: ask },
+    text);
+  const problem = h("span", { class: "error", role: "alert" });
+
+  function idle(message) {
+    problem.textContent = message ?? "";
+    fill(box, trigger, message ? [" ", problem] : null);
+  }
+
+  function ask() {
+    const go = h("button", { type: "button", class: danger ? "danger" : "primary", onclick: run },
+      yes ?? `Yes, ${text.toLowerCase()}`);
+    const cancel = h("button", { type: "button", onclick: () => { idle(); trigger.focus(); } }, "Cancel");
+    fill(box, h("span", { class: "question", role: "alert" }, question), go, cancel);
+    go.focus();
+
+    async function run() {
+      go.disabled = true;
+      cancel.disabled = true;
+      try {
+        await action();
+        if (box.isConnected) idle();
+      } catch (error) {
+        idle(error.message);
+      }
+    }
+  }
+
+  idle();
+  return box;
+}
