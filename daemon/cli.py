@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -64,6 +65,15 @@ def _parser() -> argparse.ArgumentParser:
                          help="override the schema's x-docex-provider and extraction.provider")
     extract.add_argument("--ocr-engine", choices=list(OCR_ENGINES),
                          help="override extraction.ocr_engine for images and scanned pages")
+    submit = commands.add_parser(
+        "submit", help="send files to a running docex (DOCEX_URL, DOCEX_API_KEY) and print their jobs or results")
+    submit.add_argument("files", nargs="+", metavar="FILE", help="documents, one job each")
+    submit.add_argument("--schema", required=True, metavar="ID", help="the schema's id")
+    submit.add_argument("--wait", action="store_true", help="wait for every job to end and print its result")
+    submit.add_argument("--format", choices=["json", "csv"], default="json",
+                        help="json: one object per file (default); csv: a column per schema value")
+    submit.add_argument("--progress", action="store_true", help="draw the progress bar even when stderr is "
+                        "not a terminal")
     return parser
 
 
@@ -92,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         _create_user(args)
     elif args.command == "extract":
         _extract(args)
+    elif args.command == "submit":
+        _submit(args)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -195,6 +207,23 @@ def _extract(args: argparse.Namespace) -> None:
         config = dataclasses.replace(config, extraction=dataclasses.replace(config.extraction,
                                                                             ocr_engine=args.ocr_engine))
     raise SystemExit(run(args.file, args.schema, args.provider, config))
+
+
+def _submit(args: argparse.Namespace) -> None:
+    import os
+
+    from daemon.submit import DEFAULT_URL, UsageError, submit
+
+    progress_to = sys.stderr if args.progress or sys.stderr.isatty() else None
+    try:
+        status = trio.run(functools.partial(
+            submit, args.files, args.schema, url=os.environ.get("DOCEX_URL") or DEFAULT_URL,
+            api_key=os.environ.get("DOCEX_API_KEY"), wait=args.wait, fmt=args.format, out=sys.stdout,
+            progress_to=progress_to))
+    except UsageError as problem:
+        print(f"docex submit: {problem}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None
+    raise SystemExit(status)
 
 
 if __name__ == "__main__":

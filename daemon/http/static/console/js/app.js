@@ -103,6 +103,8 @@ async function route() {
     fill(main, h("h1", {}, "Not found"), h("p", {}, "There is no such page. ", h("a", { href: "#/jobs" }, "Go to the jobs.")));
     return;
   }
+  // Clear the old screen at once: nothing of it may be used while the session is restored.
+  fill(main, h("p", { class: "muted" }, "Loading…"));
   let user = api.user();
   if (!user && found.needsUser) user = await api.restore().catch(() => null);
   if (controller.signal.aborted) return;
@@ -117,7 +119,6 @@ async function route() {
   }
   document.title = `${found.title} · docex`;
   drawBar(user, found.pattern);
-  fill(main, h("p", { class: "muted" }, "Loading…"));
   const ctx = {
     user, signal: controller.signal, navigate, notify, path, pattern: found.pattern,
     query: new URLSearchParams(search ?? ""),

@@ -1,0 +1,188 @@
+"""`docex submit FILE... --schema ID [--wait] [--format json|csv]`: send documents to a
+running docex over its API and print what became of them, for scripts and cron jobs.
+
+Talks to `DOCEX_URL` (default http://127.0.0.1:8080) with the API key in
+`DOCEX_API_KEY`. Each file is one job (`POST /api/jobs`), a few uploads at a time, each
+with an Idempotency-Key made of the file's SHA-256 and the schema: running the same
+command again within 24 h (after a crash, a lost answer) returns the same jobs instead of
+making new ones. With `--wait` it polls each job until it ends and prints its result.
+
+Output (stdout), in the order of the arguments: `json` prints one JSON object per file,
+`{"file", "jobId", "status", "result", "errorCode", "errorMessage"}`; `csv` prints a
+header and one row per job as the export routes do (a column per schema value; line
+items as rows), with `file` first. Progress goes to stderr as a bar when stderr is a
+terminal (or with `--progress`). Exit: 0 every file accepted (and, with --wait,
+COMPLETED), 1 otherwise, 2 for a usage problem (no key, a missing file, an unknown schema).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+import trio
+
+from daemon.jobs import export
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+UPLOADS_AT_ONCE = 4
+POLL_FIRST_S = 0.5
+POLL_MAX_S = 3.0
+ENDED = {"COMPLETED", "FAILED", "CANCELLED"}
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """What the person must change before the command can run."""
+
+
+@dataclass
+class Submission:
+    path: Path
+    job: dict[str, Any] | None = None
+    refused: str | None = None  # why the upload was refused
+
+
+@dataclass
+class Progress:
+    """A one-line bar on stderr: files uploaded and, with --wait, jobs ended."""
+
+    total: int
+    out: TextIO | None
+    uploaded: int = 0
+    ended: int = 0
+    waiting: bool = False
+    width: int = field(default=30)
+
+    def draw(self) -> None:
+        if self.out is None:
+            return
+        done = self.ended if self.waiting else self.uploaded
+        filled = round(self.width * done / self.total) if self.total else self.width
+        verb = "ended" if self.waiting else "uploaded"
+        self.out.write(f"\r[{'#' * filled}{'.' * (self.width - filled)}] {done}/{self.total} {verb}")
+        if done == self.total:
+            self.out.write("\n")
+        self.out.flush()
+
+
+async def submit(files: list[str], schema_id: str, *, url: str, api_key: str | None, wait: bool, fmt: str,
+                 out: TextIO, progress_to: TextIO | None) -> int:
+    """Upload `files` as jobs of `schema_id`, optionally wait, print them; the exit status.
+
+    Raises:
+        UsageError: no API key, a file that cannot be read, or a schema the key cannot see.
+    """
+    if not api_key:
+        raise UsageError("set DOCEX_API_KEY to an API key (POST /api/auth/api-keys, or the console's API keys)")
+    paths = [Path(name) for name in files]
+    for path in paths:
+        if not path.is_file():
+            raise UsageError(f"{path}: no such file")
+    headers = {"Authorization": f"Bearer {api_key}", "User-Agent": "docex-submit"}
+    async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=120) as client:
+        schema = await _schema(client, schema_id)
+        submissions = [Submission(path) for path in paths]
+        progress = Progress(len(paths), progress_to)
+        limiter = trio.CapacityLimiter(UPLOADS_AT_ONCE)
+        async with trio.open_nursery() as nursery:
+            for submission in submissions:
+                nursery.start_soon(_upload, client, submission, schema_id, limiter, progress)
+        if wait:
+            progress.waiting = True
+            progress.ended = sum(1 for s in submissions if s.job is None or s.job["status"] in ENDED)
+            progress.draw()
+            async with trio.open_nursery() as nursery:
+                for submission in submissions:
+                    if submission.job is not None and submission.job["status"] not in ENDED:
+                        nursery.start_soon(_wait, client, submission, progress)
+    _print(submissions, schema, fmt, out)
+    accepted = all(s.job is not None for s in submissions)
+    return EXIT_OK if accepted and (not wait or all(s.job and s.job["status"] == "COMPLETED"
+                                                    for s in submissions)) else EXIT_FAILED
+
+
+async def _schema(client: httpx.AsyncClient, schema_id: str) -> dict[str, Any]:
+    try:
+        response = await client.get(f"/api/schemas/{schema_id}")
+    except httpx.HTTPError as exc:
+        raise UsageError(f"cannot reach docex at {client.base_url}: {exc}") from exc
+    if response.status_code in (401, 403):
+        raise UsageError(f"the API key was refused ({response.status_code}): {_message(response)}")
+    if response.status_code == 404:
+        raise UsageError(f"schema {schema_id} not found (GET /api/schemas lists yours)")
+    response.raise_for_status()
+    schema: dict[str, Any] = response.json()
+    return schema
+
+
+async def _upload(client: httpx.AsyncClient, submission: Submission, schema_id: str,
+                  limiter: trio.CapacityLimiter, progress: Progress) -> None:
+    async with limiter:
+        data = await trio.Path(submission.path).read_bytes()
+        key = f"submit-{hashlib.sha256(data).hexdigest()}-{schema_id}"
+        try:
+            response = await client.post(
+                "/api/jobs", headers={"Idempotency-Key": key},
+                data={"type": "EXTRACTION", "schemaId": schema_id},
+                files={"file": (submission.path.name, data)})
+        except httpx.HTTPError as exc:
+            submission.refused = f"upload failed: {exc}"
+        else:
+            if response.status_code in (200, 201):
+                submission.job = response.json()
+            else:
+                submission.refused = f"{response.status_code}: {_message(response)}"
+    if submission.refused:
+        print(f"\n{submission.path}: {submission.refused}" if progress.out else
+              f"{submission.path}: {submission.refused}", file=sys.stderr)
+    progress.uploaded += 1
+    progress.draw()
+
+
+async def _wait(client: httpx.AsyncClient, submission: Submission, progress: Progress) -> None:
+    assert submission.job is not None
+    delay = POLL_FIRST_S
+    while submission.job["status"] not in ENDED:
+        await trio.sleep(delay)
+        delay = min(POLL_MAX_S, delay * 1.5)
+        try:
+            response = await client.get(f"/api/jobs/{submission.job['id']}")
+        except httpx.HTTPError:
+            continue  # the daemon restarting: the job is kept, ask again
+        if response.status_code == 200:
+            submission.job = response.json()
+    progress.ended += 1
+    progress.draw()
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        message = response.json().get("message")
+    except ValueError:
+        return response.text[:200]
+    return "; ".join(message) if isinstance(message, list) else str(message)
+
+
+def _print(submissions: list[Submission], schema: dict[str, Any], fmt: str, out: TextIO) -> None:
+    if fmt == "csv":
+        shape = export.layout(schema.get("definition") or {})
+        writer = csv.writer(out)
+        writer.writerow(["file", *export.rows_header(shape)])
+        for submission in submissions:
+            if submission.job is not None:
+                for row in export.rows(submission.job, shape):
+                    writer.writerow([export.neutralised(v) for v in [str(submission.path), *row]])
+        return
+    for submission in submissions:
+        job = submission.job or {}
+        line = {"file": str(submission.path), "jobId": job.get("id"), "status": job.get("status", "REFUSED"),
+                "result": job.get("result"), "errorCode": job.get("errorCode"),
+                "errorMessage": job.get("errorMessage") or submission.refused}
+        out.write(json.dumps(line, ensure_ascii=False) + "\n")
