@@ -230,7 +230,7 @@ async function renderEditor(view, id, ctx) {
     if (valueType && valueType !== "object" && valueType !== "array") {
       const values = h("textarea", { rows: 2, oninput: (e) => { f.enum = parseEnum(e.target.value, valueType); } });
       values.value = (f.enum ?? []).map(String).join("\n");
-      parts.push(labelled("enum", values, { text: "allowed values", hint: "One per line; empty: any value." }));
+      parts.push(labelled("enum", values, { text: "allowed values (one per line)" }));
     }
 
     const move = (to) => {
@@ -536,7 +536,7 @@ function tryPanel(schema, ctx) {
   }
 
   return h("section", { class: "card", "aria-labelledby": "try-heading" },
-    h("h2", { id: "try-heading" }, "Try on a file"),
+    h("h2", { id: "try-heading" }, "Try this schema"),
     h("p", { class: "muted" }, "Runs an ordinary job with the saved schema (save your changes first)."),
     h("form", { onsubmit: tryFile },
       field("Try on a file", fileInput),
