@@ -40,6 +40,18 @@ def label(page: Any, name: str) -> Any:
     return page.get_by_label(name, exact=True)
 
 
+def unlabelled(page: Any) -> list[str]:
+    """The visible controls without a <label>, and the buttons without a name."""
+    found: list[str] = page.evaluate("""() => [
+        ...[...document.querySelectorAll("main input, main select, main textarea")]
+            .filter((el) => el.offsetParent !== null && !el.labels.length).map((el) => `${el.tagName} ${el.id}`),
+        ...[...document.querySelectorAll("main button")]
+            .filter((el) => !(el.getAttribute("aria-label") || el.textContent).trim())
+            .map((el) => `${el.tagName} ${el.id}`),
+    ]""")
+    return found
+
+
 def save(page: Any) -> None:
     """Press Save and wait until the API has answered the schema's POST or PATCH."""
     with page.expect_response(lambda r: "/api/schemas" in r.url and r.request.method in ("POST", "PATCH")) as saved:
@@ -82,6 +94,7 @@ def test_make_edit_and_round_trip_a_schema(start_daemon: Callable[..., Any]) -> 
         label(page, "line_items field 2 name").fill("amount")
         label(page, "line_items field 2 type").select_option("number")
         console.shot("schema-editor")
+        assert unlabelled(page) == []
         page.get_by_role("button", name="Save").click()
         page.get_by_role("heading", name="Schema: Receipts").wait_for()
 
@@ -160,6 +173,7 @@ def test_make_edit_and_round_trip_a_schema(start_daemon: Callable[..., Any]) -> 
         page.get_by_role("button", name="Save").click()
         expect(page.get_by_text(re.compile(r"definition\.properties\.total\.type"))).to_be_visible()
         expect(definition_box).to_have_attribute("aria-invalid", "true")
+        console.shot("schema-json-error")
         # An empty name is refused at the name.
         definition_box.fill(json.dumps(shown))
         label(page, "Name").fill(" ")

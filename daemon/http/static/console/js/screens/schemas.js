@@ -392,6 +392,15 @@ async function renderEditor(view, id, ctx) {
   }
   fieldsTab.addEventListener("click", () => switchTo("fields"));
   jsonTab.addEventListener("click", () => switchTo("json"));
+  // The tabs pattern: arrow keys move between the two tabs.
+  const tabKeys = async (event) => {
+    if (event.key !== "ArrowLeft" && event.key !== "ArrowRight") return;
+    event.preventDefault();
+    await switchTo(mode === "fields" ? "json" : "fields");
+    (mode === "fields" ? fieldsTab : jsonTab).focus();
+  };
+  fieldsTab.addEventListener("keydown", tabKeys);
+  jsonTab.addEventListener("keydown", tabKeys);
 
   // --- start from an example ---
   const exampleInput = h("textarea", { rows: 6, spellcheck: "false" });
