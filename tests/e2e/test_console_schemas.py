@@ -159,8 +159,16 @@ def test_make_edit_and_round_trip_a_schema(start_daemon: Callable[..., Any]) -> 
         page.get_by_role("button", name="Add field", exact=True).click()
         page.get_by_role("button", name="Save").click()
         expect(label(page, "Field 6 name")).to_have_attribute("aria-invalid", "true")
-        expect(page.locator("#sf-5-name-error")).to_contain_text("fields.5.name")
+        expect(page.locator("#sf-5-name-error")).to_have_text("Field 6 name should not be empty")
         page.get_by_role("button", name="Remove field 6").click()
+        # A name used twice in the table: the error is at that row of the table.
+        page.get_by_role("button", name="Add field to lines").click()
+        label(page, "lines field 3 name").fill("amount")
+        page.get_by_role("button", name="Save").click()
+        expect(label(page, "lines field 3 name")).to_have_attribute("aria-invalid", "true")
+        expect(page.locator("#sf-3-2-name-error")).to_contain_text("lines field 3 name must be unique")
+        page.get_by_role("button", name="Remove lines field 3").click()
+        expect(label(page, "lines field 3 name")).to_have_count(0)
         # Text that is not JSON: said at the JSON, and the form stays on it.
         page.get_by_role("tab", name="JSON Schema").click()
         definition_box.fill('{"type": "object", "properties": ')
@@ -225,7 +233,10 @@ def test_start_from_an_example_and_delete(start_daemon: Callable[..., Any]) -> N
         console.goto("#/schemas")
         expect(page.get_by_role("link", name="Invoices <b>bold</b>")).to_have_count(1)
         page.get_by_role("button", name="Delete Invoices <b>bold</b>").click()
+        expect(page.get_by_role("button", name="Cancel")).to_be_focused()
         page.get_by_role("button", name="Cancel").click()
+        expect(page.get_by_role("button", name="Delete Invoices <b>bold</b>")).to_be_focused()
+        assert len(schemas(console, token)) == 2
         page.get_by_role("button", name="Delete Invoices <b>bold</b>").click()
         page.get_by_role("button", name="Yes, delete").click()
         expect(page.get_by_role("link", name="Invoices <b>bold</b>")).to_have_count(0)

@@ -36,14 +36,21 @@ function showProblems(el, messages) {
 async function renderList(view, ctx) {
   const listArea = h("div", { class: "list" });
 
+  /** The Delete button of a row; pressed, it asks first (the focus goes to Cancel, the
+   * safe answer, and comes back to Delete if cancelled). */
   function deleteCell(schema, cell) {
     const ask = h("button", {
       type: "button", class: "danger", "aria-label": `Delete ${schema.name}`,
-      onclick: () => fill(cell,
-        h("span", {}, `Delete “${schema.name}”? Jobs already queued on it will fail. `),
-        h("button", { type: "button", class: "danger", onclick: () => remove(schema) }, "Yes, delete"),
-        " ",
-        h("button", { type: "button", onclick: () => fill(cell, deleteCell(schema, cell)) }, "Cancel")),
+      onclick: () => {
+        const cancel = h("button", {
+          type: "button", onclick: () => { fill(cell, deleteCell(schema, cell)); cell.firstChild.focus(); },
+        }, "Cancel");
+        fill(cell,
+          h("span", {}, `Delete “${schema.name}”? Jobs already queued on it will fail. `),
+          h("button", { type: "button", class: "danger", onclick: () => remove(schema) }, "Yes, delete"),
+          cancel);
+        cancel.focus();
+      },
     }, "Delete");
     return ask;
   }
@@ -96,11 +103,11 @@ function cleanFields(fields) {
 }
 
 /** Where a convert problem points: "fields[3].fields[0].name …" or "fields.3.type …"
- * (validation) → {indices: [3, 0], key: "name"}; null if it names no field. */
+ * (validation) → {indices: [3, 0], key: "name", rest: " …"}; null if it names no field. */
 function fieldPath(message) {
   const found = /^fields((?:(?:\[\d+\]|\.\d+)(?:\.fields)?)+)(?:\.([A-Za-z]+))?/.exec(message);
   if (!found) return null;
-  return { indices: found[1].match(/\d+/g).map(Number), key: found[2] ?? null };
+  return { indices: found[1].match(/\d+/g).map(Number), key: found[2] ?? null, rest: message.slice(found[0].length) };
 }
 
 /** Values typed one per line, as the field's type reads them. */
@@ -254,7 +261,7 @@ async function renderEditor(view, id, ctx) {
     });
 
     const slot = h("p", { class: "field-error row-error", hidden: true });
-    rowErrors.set(indices.join("."), { slot, controls });
+    rowErrors.set(indices.join("."), { slot, controls, label });
     const nested = f.fields
       ? fieldList(f.fields, indices, { field: f, label: () => f.name || label() })
       : null;
@@ -303,8 +310,10 @@ async function renderEditor(view, id, ctx) {
       const row = path && rowErrors.get(path.indices.join("."));
       if (!row) { elsewhere.push(message); continue; }
       const control = row.controls[path.key === "itemType" ? "items" : path.key];
-      if (control) setFieldError(control, message);
-      else { row.slot.textContent = message; row.slot.hidden = false; }
+      // Said with the row's label ("Field 2 name should not be empty"), not the API's path.
+      const said = `${row.label()}${path.key ? ` ${path.key}` : ""}${path.rest}`;
+      if (control) setFieldError(control, said);
+      else { row.slot.textContent = said; row.slot.hidden = false; }
     }
     showProblems(fieldsProblem, elsewhere);
     const first = rowsArea.querySelector("[aria-invalid='true']");
