@@ -249,15 +249,25 @@ def test_start_from_an_example_and_delete(start_daemon: Callable[..., Any]) -> N
 
 def test_try_a_schema_on_a_file(start_daemon: Callable[..., Any], tmp_path: Path) -> None:
     pdf = write_receipt_pdf(tmp_path / "northwind.pdf", company="NORTHWIND <i>TRADING</i>", total="48.20")
+    definition = {**RECEIPT_SCHEMA, "title": "Till receipt", "x-docex-incomplete": "complete"}
     with open_console(start_daemon) as console:
         page = console.page
         console.register("Tia Try", "tia@example.com")
         token = console.api_token("tia@example.com")
         created = httpx.post(console.daemon.url("/api/schemas"), headers={"Authorization": f"Bearer {token}"},
-                             json={"name": "Receipts", "definition": RECEIPT_SCHEMA}).json()
+                             json={"name": "Receipts", "definition": definition}).json()
 
         console.goto(f"#/schemas/{created['id']}")
         page.get_by_role("heading", name="Schema: Receipts").wait_for()
+        # The root's keywords that the field form cannot show survive an edit in the form.
+        label(page, "Field 1 description").fill("The shop")
+        save(page)
+        [stored] = schemas(console, token)
+        assert stored["definition"]["x-docex-incomplete"] == "complete"
+        assert stored["definition"]["title"] == "Till receipt"
+        assert stored["definition"]["properties"]["company"]["description"] == "The shop"
+        assert stored["definition"]["required"] == RECEIPT_SCHEMA["required"]
+
         label(page, "Try on a file").set_input_files(pdf)
         page.get_by_role("button", name="Try", exact=True).click()
         review = page.get_by_role("link", name="Review the job for northwind.pdf")
