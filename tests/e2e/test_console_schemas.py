@@ -134,7 +134,11 @@ def test_make_edit_and_round_trip_a_schema(start_daemon: Callable[..., Any]) -> 
         assert stored["definition"]["required"] == ["total"]
 
         # --- the JSON Schema and back: both ways through the convert route ---
-        page.get_by_role("tab", name="JSON Schema").click()
+        # The tabs answer the arrow keys too.
+        page.get_by_role("tab", name="Fields").focus()
+        page.keyboard.press("ArrowRight")
+        expect(page.get_by_role("tab", name="JSON Schema")).to_be_focused()
+        expect(page.get_by_role("tab", name="JSON Schema")).to_have_attribute("aria-selected", "true")
         definition_box = label(page, "JSON Schema definition")
         expect(definition_box).to_be_visible()
         shown = json.loads(definition_box.input_value())
