@@ -237,7 +237,7 @@ def test_start_from_an_example_and_delete(start_daemon: Callable[..., Any]) -> N
         console.goto("#/schemas")
         expect(page.get_by_role("link", name="Invoices <b>bold</b>")).to_have_count(1)
         page.get_by_role("button", name="Delete Invoices <b>bold</b>").click()
-        expect(page.get_by_role("button", name="Cancel")).to_be_focused()
+        expect(page.get_by_role("button", name="Yes, delete")).to_be_focused()
         page.get_by_role("button", name="Cancel").click()
         expect(page.get_by_role("button", name="Delete Invoices <b>bold</b>")).to_be_focused()
         assert len(schemas(console, token)) == 2

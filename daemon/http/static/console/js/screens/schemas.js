@@ -7,6 +7,7 @@
 
 import * as api from "../api.js";
 import { badge, field, fill, h, select, setFieldError, table, uid, when } from "../dom.js";
+import { confirmButton } from "../widgets.js";
 
 const TYPES = ["string", "number", "integer", "boolean", "date", "object", "array"];
 const ITEM_TYPES = ["string", "number", "integer", "boolean", "date"];
@@ -36,32 +37,10 @@ function showProblems(el, messages) {
 async function renderList(view, ctx) {
   const listArea = h("div", { class: "list" });
 
-  /** The Delete button of a row; pressed, it asks first (the focus goes to Cancel, the
-   * safe answer, and comes back to Delete if cancelled). */
-  function deleteCell(schema, cell) {
-    const ask = h("button", {
-      type: "button", class: "danger", "aria-label": `Delete ${schema.name}`,
-      onclick: () => {
-        const cancel = h("button", {
-          type: "button", onclick: () => { fill(cell, deleteCell(schema, cell)); cell.firstChild.focus(); },
-        }, "Cancel");
-        fill(cell,
-          h("span", {}, `Delete “${schema.name}”? Jobs already queued on it will fail. `),
-          h("button", { type: "button", class: "danger", onclick: () => remove(schema) }, "Yes, delete"),
-          cancel);
-        cancel.focus();
-      },
-    }, "Delete");
-    return ask;
-  }
-
+  // Throws on failure: the confirm button then shows the message beside itself.
   async function remove(schema) {
-    try {
-      await api.del(`/api/schemas/${encodeURIComponent(schema.id)}`);
-      ctx.notify(`Deleted ${schema.name}.`);
-    } catch (error) {
-      ctx.notify(`Could not delete ${schema.name}: ${error.message}`, "error");
-    }
+    await api.del(`/api/schemas/${encodeURIComponent(schema.id)}`);
+    ctx.notify(`Deleted ${schema.name}.`);
     await refresh();
   }
 
@@ -73,7 +52,8 @@ async function renderList(view, ctx) {
       ["Description", (s) => s.description ?? ""],
       ["Fields", (s) => String(Object.keys(s.definition.properties ?? {}).length)],
       ["Updated", (s) => when(s.updatedAt)],
-      ["", (s) => { const cell = h("span", { class: "delete-cell" }); return fill(cell, deleteCell(s, cell)); }],
+      ["", (s) => confirmButton("Delete", `Delete “${s.name}”? Jobs already queued on it will fail.`,
+        () => remove(s), { danger: true, label: `Delete ${s.name}` })],
     ], schemas, { caption: "Your schemas, newest first", empty: "No schemas yet. Make one with “New schema”." }));
   }
 
@@ -195,7 +175,7 @@ async function renderEditor(view, id, ctx) {
     const labelled = (part, control, extra = {}) => {
       control.id = `sf-${key}-${part}`;
       controls[part] = control;
-      const prefix = h("span", { class: "vh" });
+      const prefix = h("span", { class: "visually-hidden" });
       labelers.push(() => { prefix.textContent = `${label()} `; });
       return field([prefix, extra.text ?? part], control, { hint: extra.hint });
     };
