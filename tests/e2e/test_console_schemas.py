@@ -206,7 +206,7 @@ def test_start_from_an_example_and_delete(start_daemon: Callable[..., Any]) -> N
         console.goto("#/schemas/new")
         page.get_by_text("Start from an example result").click()
         example = {"invoice_number": "INV-7", "issued": "2024-03-01", "total": 10.5,
-                   "lines": [{"sku": "A-1", "qty": 2}, {"sku": "B-2"}]}
+                   "lines": [{"sku": "A-1", "qty": 2, "tax": {"rate": 0.2}}, {"sku": "B-2"}]}
         label(page, "Example result (JSON)").fill(json.dumps(example))
         page.get_by_role("button", name="Make fields from the example").click()
         expect(label(page, "Field 1 name")).to_have_value("invoice_number")
@@ -217,6 +217,10 @@ def test_start_from_an_example_and_delete(start_daemon: Callable[..., Any]) -> N
         expect(label(page, "lines field 1 required")).to_be_checked()
         expect(label(page, "lines field 2 type")).to_have_value("integer")
         expect(label(page, "lines field 2 required")).not_to_be_checked()
+        # Deeper rows are labelled by the path of names.
+        expect(label(page, "lines field 3 type")).to_have_value("object")
+        expect(label(page, "lines.tax field 1 name")).to_have_value("rate")
+        page.get_by_role("button", name="Add field to lines.tax").wait_for()
         label(page, "Name").fill("Invoices <b>bold</b>")
         page.get_by_role("button", name="Save").click()
         page.get_by_role("heading", name="Schema: Invoices <b>bold</b>").wait_for()
@@ -228,7 +232,9 @@ def test_start_from_an_example_and_delete(start_daemon: Callable[..., Any]) -> N
                 "issued": {"type": "string", "format": "date"},
                 "total": {"type": "number"},
                 "lines": {"type": "array", "items": {"type": "object", "properties": {
-                    "sku": {"type": "string"}, "qty": {"type": "integer"}}, "required": ["sku"]}},
+                    "sku": {"type": "string"}, "qty": {"type": "integer"},
+                    "tax": {"type": "object", "properties": {"rate": {"type": "number"}}, "required": ["rate"]},
+                }, "required": ["sku"]}},
             },
             "required": ["invoice_number", "issued", "total", "lines"],
         }

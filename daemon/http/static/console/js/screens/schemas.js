@@ -157,7 +157,7 @@ async function renderEditor(view, id, ctx) {
     }, "Add field");
     const rows = h("ol", { class: "schema-field-list" }, list.map((f, i) => {
       const label = parent ? () => `${parent.label()} field ${i + 1}` : () => `Field ${i + 1}`;
-      return fieldRow(list, i, [...indices, i], label);
+      return fieldRow(list, i, [...indices, i], label, parent);
     }));
     if (!parent) return h("div", {}, rows, h("div", { class: "actions" }, addButton));
     const legend = h("legend", {});
@@ -168,7 +168,7 @@ async function renderEditor(view, id, ctx) {
     return h("fieldset", { class: "schema-fields-nested" }, legend, rows, h("div", { class: "actions" }, addButton));
   }
 
-  function fieldRow(list, i, indices, label) {
+  function fieldRow(list, i, indices, label, parent) {
     const f = list[i];
     const key = indices.join("-");
     const controls = {};
@@ -243,7 +243,10 @@ async function renderEditor(view, id, ctx) {
     const slot = h("p", { class: "field-error row-error", hidden: true });
     rowErrors.set(indices.join("."), { slot, controls, label });
     const nested = f.fields
-      ? fieldList(f.fields, indices, { field: f, label: () => f.name || label() })
+      // Named by its path of names ("lines.buyer"), so rows of two nested lists never share a label.
+      ? fieldList(f.fields, indices, {
+        field: f, label: () => (f.name ? (parent ? `${parent.label()}.${f.name}` : f.name) : label()),
+      })
       : null;
     return h("li", { class: "schema-field" },
       h("div", { class: "schema-field-row" }, parts, h("div", { class: "row-buttons" }, up, down, remove)), slot, nested);
