@@ -180,6 +180,9 @@ def test_make_edit_and_round_trip_a_schema(start_daemon: Callable[..., Any]) -> 
         expect(definition_box).to_have_attribute("aria-invalid", "true")
         expect(page.get_by_text("This is not valid JSON")).to_be_visible()
         expect(page.get_by_role("tab", name="JSON Schema")).to_have_attribute("aria-selected", "true")
+        definition_box.fill("null")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_text("The definition must be a JSON object")).to_be_visible()
         # A JSON Schema outside what docex supports: the API's message names the path.
         definition_box.fill(json.dumps({"type": "object", "properties": {"total": {"type": "money"}}}))
         page.get_by_role("button", name="Save").click()

@@ -327,12 +327,14 @@ async function renderEditor(view, id, ctx) {
   function parsedJson() {
     setFieldError(jsonInput, null);
     try {
-      return JSON.parse(jsonInput.value);
+      const parsed = JSON.parse(jsonInput.value);
+      if (parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)) return parsed;
+      setFieldError(jsonInput, `The definition must be a JSON object: {"type": "object", "properties": {…}}.`);
     } catch (error) {
       setFieldError(jsonInput, `This is not valid JSON: ${error.message}`);
-      jsonInput.focus();
-      return undefined;
     }
+    jsonInput.focus();
+    return undefined;
   }
 
   // --- switching views ---
