@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -228,3 +229,37 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         page.get_by_role("heading", name="Webhooks", exact=True).wait_for()
         page.get_by_text("No endpoints yet.").wait_for()
         assert endpoints() == []
+
+
+def test_recover_sends_again_what_failed_during_an_outage(start_daemon: Callable[..., Any]) -> None:
+    # One attempt per delivery: a receiver that is down makes DEAD deliveries at once.
+    env = {**ENV, "WEBHOOK_MAX_ATTEMPTS": "1"}
+    with receiving() as receiver, open_console(start_daemon, env=env) as console:
+        page = console.page
+        console.register("Otto Outage", "otto@example.com")
+        auth = {"Authorization": f"Bearer {console.api_token('otto@example.com')}"}
+        with socket.socket() as probe:  # a port nothing listens on: the receiver is "down"
+            probe.bind(("127.0.0.1", 0))
+            closed = probe.getsockname()[1]
+        endpoint = httpx.post(console.daemon.url("/api/webhooks"), headers=auth, json={
+            "url": f"http://127.0.0.1:{closed}/hook", "events": ["*"]}).json()
+        for n in range(3):
+            httpx.post(console.daemon.url(f"/api/webhooks/{endpoint['id']}/send"), headers=auth,
+                       json={"data": {"n": n}})
+        console.goto(f"#/webhooks/{endpoint['id']}")
+        deliveries = page.get_by_role("table", name="Deliveries, newest first")
+        expect(deliveries.get_by_text("DEAD")).to_have_count(3, timeout=15_000)
+
+        # The receiver is back (at a new address): one click sends each failed event again, once.
+        moved = httpx.patch(console.daemon.url(f"/api/webhooks/{endpoint['id']}"), headers=auth,
+                            json={"url": receiver.url()})
+        assert moved.status_code == 200, moved.text
+        page.get_by_role("button", name="Recover").click()
+        page.get_by_text("3 failed deliveries sent again.").wait_for()
+        got = receiver.wait_for(3)
+        assert sorted(json.loads(r.body)["data"]["n"] for r in got) == [0, 1, 2]
+        expect(deliveries.get_by_text("SUCCEEDED")).to_have_count(3, timeout=15_000)
+        page.get_by_role("button", name="Recover").click()
+        page.get_by_text("No failed delivery to recover since then.").wait_for()
+        time.sleep(0.5)
+        assert len(receiver.wait_for(3)) == 3  # nothing more arrived

@@ -1,6 +1,7 @@
 // Webhooks: the caller's endpoints and a form for a new one (#/webhooks); one endpoint
 // (#/webhooks/:id) with its settings, enable/disable, secret rotation, a test event,
-// deletion, and its delivery log with each delivery's attempts and a replay.
+// deletion, and its delivery log with each delivery's attempts and a replay; after an
+// outage, every failed delivery since a time sent again in one go (recover).
 //
 // A signing secret is in the create and rotate answers only: it shows once, in a box
 // that is gone after a reload (the API never gives it again).
@@ -366,11 +367,33 @@ async function renderEndpoint(view, id, catalog, ctx) {
       ], d.attemptLog, { caption: "Attempts, oldest first", empty: "Not attempted yet." })));
   }
 
+  // --- recovery after an outage: every DEAD delivery since a time, once ---
+  const since = h("input", { type: "datetime-local", required: true, step: 1 });
+  const dayAgo = new Date(Date.now() - 24 * 3600 * 1000 - new Date().getTimezoneOffset() * 60000);
+  since.value = dayAgo.toISOString().slice(0, 19);
+  const recoverForm = h("form", { class: "recover row", onsubmit: (event) => {
+    event.preventDefault();
+    act(async () => {
+      const answer = await api.post(`/api/webhooks/${encodeURIComponent(endpoint.id)}/recover`,
+        { since: new Date(since.value).toISOString() });
+      ctx.notify(answer.recovered
+        ? `${answer.recovered} failed deliver${answer.recovered === 1 ? "y" : "ies"} sent again`
+          + (answer.hasMore ? "; recover again for the rest." : ".")
+        : "No failed delivery to recover since then.");
+      cursors.splice(0, cursors.length, undefined);
+      await refreshList();
+    });
+  } },
+  field("Recover failed deliveries since", since,
+    { hint: "Each DEAD delivery since then is sent again once, oldest first." }),
+  h("div", { class: "actions" }, h("button", { type: "submit" }, "Recover")));
+
   fill(view,
     h("p", {}, h("a", { href: "#/webhooks" }, "← All endpoints")),
     heading, summary, controls, secretArea, editArea,
     h("section", { "aria-labelledby": "deliveries-heading" },
       h("h2", { id: "deliveries-heading" }, "Deliveries"),
+      recoverForm,
       h("div", { class: "filters" }, field("Filter by status", statusFilter), field("Filter by event type", typeFilter)),
       h("div", { class: "split" }, h("div", {}, listArea, pager), detailArea)));
   drawEndpoint();
