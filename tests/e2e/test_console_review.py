@@ -163,14 +163,17 @@ def test_review_queue_boxes_corrections_and_approval(start_daemon: Callable[...,
         assert saved["originalResult"] == first["result"]
         assert saved["reviewedAt"] is not None and saved["reviewedBy"] == me["id"]
 
-        # Opened from the queue, the review leads to the next job; the approved one has left the queue.
-        page.get_by_role("button", name="Next job to review").click()
+        # n (outside a value) opens the next job of the queue.
+        page.keyboard.press("n")
         page.get_by_role("heading", name="Review harbour-scan.png").wait_for()
         expect(page.get_by_label("company", exact=True)).to_have_value("HARBOUR BOOKS LTD")
         page.get_by_label("company", exact=True).click()
         _assert_box_over(page, second["resultMeta"]["fields"]["/company"]["bbox"])
 
-        console.goto("#/review")
+        # The approved job has left the queue: from its last job, "next" is the queue itself.
+        page.get_by_role("button", name="Next job to review").click()
+        page.get_by_role("heading", name="Review queue").wait_for()
+        expect(page.get_by_text("No other job waits for review.")).to_be_visible()
         expect(page.get_by_role("table").get_by_role("link")).to_have_text(["harbour-scan.png"])
 
 
@@ -247,3 +250,95 @@ def test_a_failed_job_shows_its_error_and_restarts(start_daemon: Callable[..., A
         expect(page.get_by_text("Extraction failed.")).to_be_visible(timeout=EXTRACTION_TIMEOUT_MS)
         again = _api_job(console, token, job_id)
         assert again["status"] == "FAILED" and again["finishedAt"] != failed["finishedAt"]
+
+
+INVOICE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "vendor": {"type": "object", "properties": {"name": {"type": "string", "description": "Vendor"},
+                                                    "vat_id": {"type": "string", "description": "VAT number"}},
+                   "required": ["name"]},
+        "invoice_number": {"type": "string", "description": "Invoice number"},
+        "paid": {"type": "boolean", "description": "Paid"},
+        "currency": {"type": "string", "enum": ["EUR", "USD", "GBP"], "description": "Currency"},
+        "items": {"type": "array", "items": {"type": "object", "required": ["description", "amount"], "properties": {
+            "description": {"type": "string"}, "quantity": {"type": "integer"}, "amount": {"type": "number"}}}},
+        "total": {"type": "number", "description": "Total"},
+    },
+    "required": ["invoice_number", "total", "vendor"],
+}
+# Two lines the rules provider reads as one item, without its amount: an incomplete result.
+INVOICE_TEXT = ("Vendor: ACME Supplies\nInvoice Number: INV-7\nPaid: yes\nCurrency: EUR\n\n"
+                "Description  Quantity  Amount\nPaper  2  10.00\nInk  1  25.50\n\nTotal: 35.50\n")
+
+
+def test_nested_values_and_line_items_are_edited_until_complete(
+        start_daemon: Callable[..., Any], tmp_path: Path) -> None:
+    document = tmp_path / "invoice.txt"
+    document.write_text(INVOICE_TEXT)
+
+    with open_console(start_daemon) as console:
+        page = console.page
+        console.register("Ann Admin", "ann@example.com")
+        token = console.api_token("ann@example.com")
+        created = httpx.post(console.daemon.url("/api/schemas"), headers={"Authorization": f"Bearer {token}"},
+                             json={"name": "invoice", "definition": INVOICE_SCHEMA})
+        job = _upload(console, token, created.json()["id"], document, "text/plain")
+        assert job["resultMeta"]["missing"] == ["/items/0/amount"]
+
+        console.goto(f"#/jobs/{job['id']}")
+        page.get_by_role("heading", name="Review invoice.txt").wait_for()
+        vendor = page.get_by_role("group", name="vendor")
+        expect(vendor.get_by_label("name", exact=True)).to_have_value("ACME Supplies")
+        expect(vendor.get_by_label("vat_id", exact=True)).to_have_value("")
+        expect(page.get_by_label("paid", exact=True)).to_have_value("true")
+        expect(page.get_by_label("currency", exact=True).locator("option:checked")).to_have_text("EUR")
+        items = page.get_by_role("table", name="items")
+        expect(items.get_by_role("textbox", name="description row 1")).to_have_value("Paper 2 Ink 1 25.50")
+        amount = items.get_by_role("textbox", name="amount row 1")
+        expect(amount).to_have_value("")
+        amount_cell = items.locator("td", has=page.get_by_role("textbox", name="amount row 1"))
+        expect(amount_cell.get_by_text("missing")).to_be_visible()
+        expect(page.get_by_role("button", name="Approve")).to_be_disabled()
+        expect(page.get_by_text("Fill in the missing values and save before approving.")).to_be_visible()
+
+        # A line item's cell shows where the document says it, like any value.
+        items.get_by_role("textbox", name="description row 1").click()
+        expect(page.locator(".line.hit")).to_have_count(2)
+
+        # Correct the row, add the second, and add then remove a third.
+        items.get_by_role("textbox", name="description row 1").fill("Paper")
+        items.get_by_role("textbox", name="quantity row 1").fill("2")
+        amount.fill("10.00")
+        page.get_by_role("button", name="Add a row to items").click()
+        expect(items.get_by_role("textbox", name="description row 2")).to_be_focused()
+        page.keyboard.type("Ink")
+        items.get_by_role("textbox", name="quantity row 2").fill("1")
+        items.get_by_role("textbox", name="amount row 2").fill("25.50")
+        page.get_by_role("button", name="Add a row to items").click()
+        items.get_by_role("textbox", name="description row 3").fill("Stray row")
+        page.get_by_role("button", name="Remove row 3 of items").click()
+        expect(items.get_by_role("textbox", name="description row 3")).to_have_count(0)
+        vendor.get_by_label("vat_id", exact=True).fill("GB123456789")
+        page.get_by_label("currency", exact=True).select_option(label="GBP")
+        page.get_by_label("paid", exact=True).select_option(label="no")
+        # A quantity must be a whole number: the API says so at the cell.
+        items.get_by_role("textbox", name="quantity row 2").fill("1.5")
+        page.get_by_role("button", name="Save").click()
+        quantity = items.get_by_role("textbox", name="quantity row 2")
+        quantity_error = page.locator(f"#{quantity.get_attribute('aria-describedby')}")
+        expect(quantity_error).to_contain_text("is not of type 'integer'")
+        items.get_by_role("textbox", name="quantity row 2").fill("1")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_role("button", name="Approve")).to_be_enabled()
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_text(re.compile(r"Approved by you on"))).to_be_visible()
+        console.shot("review-items")
+
+        saved = _api_job(console, token, job["id"])
+        assert saved["result"] == {
+            "vendor": {"name": "ACME Supplies", "vat_id": "GB123456789"}, "invoice_number": "INV-7",
+            "paid": False, "currency": "GBP", "total": 35.5,
+            "items": [{"description": "Paper", "quantity": 2, "amount": 10.0},
+                      {"description": "Ink", "quantity": 1, "amount": 25.5}]}
+        assert saved["resultMeta"]["complete"] is True and saved["reviewedAt"] is not None

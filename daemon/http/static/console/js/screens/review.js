@@ -215,17 +215,26 @@ function arrayNode(schema, pointer, label, value, look) {
   // rows above are removed.
   let rows = [];
 
-  function cell(sub, cellPointer, cellValue, evidencePointer, labelledBy) {
+  function cell(sub, cellPointer, cellValue, evidencePointer, labelledBy, name) {
     const { el, read } = control(sub, cellPointer, cellValue, {});
     el.id = uid();
     el.dataset.evidence = evidencePointer;
-    el.dataset.label = `${label} ${cellPointer.split("/").slice(-2).join(" ")}`;
+    el.dataset.label = name;
+    // Named by its column's and its row's headings ("amount row 2"), which are on screen.
     el.setAttribute("aria-labelledby", labelledBy.join(" "));
     const error = h("p", { class: "field-error", id: `${el.id}-error`, hidden: true });
     el.setAttribute("aria-describedby", error.id);
     const doubt = doubtOf(look, evidencePointer);
-    const td = h("td", { class: doubt && doubt.low ? "low" : null },
-      el, doubt && doubt.low ? badge(formatConfidence(doubt.confidence), "low") : null, error);
+    const missing = look.missing.has(evidencePointer);
+    const original = look.original !== null && evidencePointer !== "" ? valueAt(look.original, evidencePointer) : undefined;
+    const corrected = look.original !== null && evidencePointer !== ""
+      && !same(original, valueAt(look.result, evidencePointer));
+    const td = h("td", { class: [doubt && doubt.low ? "low" : "", missing ? "missing" : ""].join(" ").trim() || null },
+      el, doubt && doubt.low ? badge(formatConfidence(doubt.confidence), "low") : null,
+      missing ? badge("missing", "bad") : null,
+      corrected ? h("p", { class: "original" }, "was ", h("span", { class: "read" },
+        original === undefined ? "(no value)" : String(original))) : null,
+      error);
     if (doubt) td.title = `confidence ${formatConfidence(doubt.confidence)}`;
     return { td, read };
   }
@@ -234,13 +243,14 @@ function arrayNode(schema, pointer, label, value, look) {
     rows = items.map((item, i) => {
       const rowPointer = child(pointer, i);
       const evidenceRow = item.origin === null ? null : child(pointer, item.origin);
-      const head = h("th", { scope: "row", id: uid("row") }, String(i + 1));
+      const head = h("th", { scope: "row", id: uid("row"), "aria-label": `row ${i + 1}` }, String(i + 1));
       const cells = columns.map(([key, sub], c) => cell(
         sub,
         key === null ? rowPointer : child(rowPointer, key),
         key === null ? item.value : isObject(item.value) ? item.value[key] : undefined,
         evidenceRow === null ? "" : key === null ? evidenceRow : child(evidenceRow, key),
-        [headIds[c], head.id]));
+        [headIds[c], head.id],
+        `${label} row ${i + 1}${key === null ? "" : ` ${key}`}`));
       const remove = h("button", {
         type: "button", class: "link", "aria-label": `Remove row ${i + 1} of ${label}`,
         onclick: () => { const now = current(); now.splice(i, 1); draw(now); },
@@ -279,7 +289,7 @@ function arrayNode(schema, pointer, label, value, look) {
         columns.map(([key], c) => h("th", { scope: "col", id: headIds[c] },
           key === null ? "Value" : (ofObjects && itemSchema.properties && itemSchema.properties[key]
             && itemSchema.properties[key].title) || key,
-          requiredMembers.has(key) ? h("span", { class: "muted" }, " *") : null)),
+          requiredMembers.has(key) ? h("span", { class: "muted", title: "required", "aria-hidden": "true" }, " *") : null)),
         h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Remove")))),
       body),
     h("div", { class: "actions" }, add));
@@ -661,8 +671,9 @@ export async function render(view, params, ctx) {
     fill(formArea,
       h("h2", { id: "values-heading" }, "Values"),
       h("p", { class: "muted" }, lowCount
-        ? `${lowCount} value${lowCount === 1 ? "" : "s"} under the confidence threshold (${formatConfidence(threshold)}) `
-          + "are marked. Select a value to see where the document says it."
+        ? `${lowCount === 1 ? "1 value" : `${lowCount} values`} under the confidence threshold `
+          + `(${formatConfidence(threshold)}) ${lowCount === 1 ? "is" : "are"} marked. `
+          + "Select a value to see where the document says it."
         : "Select a value to see where the document says it."),
       form);
     if (selected) {
