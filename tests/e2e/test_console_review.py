@@ -342,3 +342,64 @@ def test_nested_values_and_line_items_are_edited_until_complete(
             "items": [{"description": "Paper", "quantity": 2, "amount": 10.0},
                       {"description": "Ink", "quantity": 1, "amount": 25.5}]}
         assert saved["resultMeta"]["complete"] is True and saved["reviewedAt"] is not None
+
+
+def _two_page_receipt(path: Path) -> Path:
+    """A receipt whose total is on its second page, below a page of items."""
+    from reportlab.lib.pagesizes import A5
+    from reportlab.pdfgen import canvas
+
+    c = canvas.Canvas(str(path), pagesize=A5)
+    _, height = A5
+    c.setFont("Helvetica-Bold", 16)
+    c.drawString(40, height - 60, "LONG LIST STORES LTD")
+    c.setFont("Helvetica", 12)
+    c.drawString(40, height - 120, "Date: 02/05/2024")
+    for i in range(20):
+        c.drawString(40, height - 160 - 20 * i, f"Item {i + 1}")
+        c.drawRightString(360, height - 160 - 20 * i, "1.00")
+    c.showPage()
+    c.setFont("Helvetica", 12)
+    c.drawString(40, height - 300, "Thank you for shopping with us")
+    c.setFont("Helvetica-Bold", 13)
+    c.drawString(40, height - 400, "TOTAL")
+    c.drawRightString(360, height - 400, "20.00")
+    c.showPage()
+    c.save()
+    return path
+
+
+def test_a_value_on_a_later_page_is_scrolled_to(start_daemon: Callable[..., Any], tmp_path: Path) -> None:
+    pdf = _two_page_receipt(tmp_path / "long.pdf")
+
+    with open_console(start_daemon) as console:
+        page = console.page
+        console.register("Ann Admin", "ann@example.com")
+        token = console.api_token("ann@example.com")
+        job = _upload(console, token, _receipt_schema(console, token), pdf, "application/pdf")
+        total = job["resultMeta"]["fields"]["/total"]
+        assert job["pageCount"] == 2 and total["page"] == 2, job
+
+        console.goto(f"#/jobs/{job['id']}")
+        page.get_by_role("heading", name="Review long.pdf").wait_for()
+        expect(page.get_by_role("img", name="Page 1 of long.pdf")).to_be_visible()
+        page.get_by_label("total", exact=True).click()
+        second = page.get_by_role("img", name="Page 2 of long.pdf")
+        expect(second).to_be_visible()
+        page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=second.element_handle())
+        expect(page.locator(".page-frame", has=page.locator(".field-box:visible")).locator("img")).to_have_attribute(
+            "alt", "Page 2 of long.pdf")
+        _assert_box_over(page, total["bbox"])
+        expect(page.get_by_text("“total” is marked on page 2.")).to_be_visible()
+        # The pages' column scrolled to the box: it is inside the column's visible area.
+        area = page.get_by_role("region", name="Document").bounding_box()
+        box = page.locator(".field-box:visible").bounding_box()
+        assert area is not None and box is not None
+        assert area["y"] <= box["y"] and box["y"] + box["height"] <= area["y"] + area["height"], (area, box)
+
+        # Back to a value on the first page: the column scrolls back up.
+        page.keyboard.press("Alt+ArrowUp")
+        page.keyboard.press("Alt+ArrowUp")
+        expect(page.get_by_label("company", exact=True)).to_be_focused()
+        box = page.locator(".field-box:visible").bounding_box()
+        assert box is not None and area["y"] <= box["y"] <= area["y"] + area["height"], (area, box)
