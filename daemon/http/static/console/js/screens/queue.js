@@ -23,8 +23,9 @@ function doubtful(job, threshold) {
 
 function valueAt(document, pointer) {
   for (const raw of pointer.split("/").slice(1)) {
-    if (document === null || typeof document !== "object") return undefined;
-    document = document[raw.replace(/~1/g, "/").replace(/~0/g, "~")];
+    const token = raw.replace(/~1/g, "/").replace(/~0/g, "~");
+    if (document === null || typeof document !== "object" || !Object.hasOwn(document, token)) return undefined;
+    document = document[token];
   }
   return document;
 }

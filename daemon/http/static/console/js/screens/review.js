@@ -28,7 +28,7 @@ function valueAt(document, pointer) {
   if (pointer === "") return document;
   for (const raw of pointer.split("/").slice(1)) {
     const token = raw.replace(/~1/g, "/").replace(/~0/g, "~");
-    if (document === null || typeof document !== "object") return undefined;
+    if (document === null || typeof document !== "object" || !Object.hasOwn(document, token)) return undefined;
     document = document[token];
   }
   return document;
@@ -36,15 +36,22 @@ function valueAt(document, pointer) {
 
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+// A member of a value, own only: a result may have a member named "constructor" or "__proto__".
+const memberOf = (object, key) => (isObject(object) && Object.hasOwn(object, key) ? object[key] : undefined);
+/** An object from [key, value] pairs, leaving out undefined values (every key its own member). */
+const objectOf = (pairs) => Object.fromEntries(pairs.filter(([, v]) => v !== undefined));
 
 // --- the schema as a form ---
+
+const FORMAT_HINTS = new Map([["date", "A date: YYYY-MM-DD."], ["date-time", "A date and time (ISO 8601)."],
+  ["email", "An e-mail address."], ["uri", "A URI."]]);
 
 /** A schema for a value the definition does not describe (a deleted schema, or a member
  * the result has beyond the schema's properties): its members are kept, not dropped on save. */
 function inferSchema(value) {
   if (Array.isArray(value)) {
     const rows = value.filter(isObject);
-    return { type: "array", items: rows.length ? inferSchema(Object.assign({}, ...rows)) : { type: "string" } };
+    return { type: "array", items: rows.length ? inferSchema(Object.fromEntries(rows.flatMap((row) => Object.entries(row)))) : { type: "string" } };
   }
   if (isObject(value)) {
     return { type: "object", properties: Object.fromEntries(Object.entries(value).map(([k, v]) => [k, inferSchema(v)])) };
@@ -63,14 +70,14 @@ function typeOf(schema, value) {
   return type ?? "string";
 }
 
-/** An object's members: the schema's, then any others the value has. */
+/** An object's members as [key, schema]: the schema's, then any others the value has. */
 function members(schema, value) {
-  const properties = { ...(schema.properties ?? {}) };
+  const properties = new Map(Object.entries(schema.properties ?? {}));
   const values = Array.isArray(value) ? value.filter(isObject) : [value].filter(isObject);
   for (const row of values) {
-    for (const [key, v] of Object.entries(row)) if (!(key in properties)) properties[key] = inferSchema(v);
+    for (const [key, v] of Object.entries(row)) if (!properties.has(key)) properties.set(key, inferSchema(v));
   }
-  return Object.entries(properties);
+  return [...properties];
 }
 
 /** Read a number the way a person types it; anything else goes to the API as typed, which
@@ -138,8 +145,7 @@ function control(schema, pointer, value, props) {
 }
 
 function hintOf(schema) {
-  const format = { date: "A date: YYYY-MM-DD.", "date-time": "A date and time (ISO 8601).", email: "An e-mail address.",
-    uri: "A URI." }[schema.format];
+  const format = FORMAT_HINTS.get(schema.format);
   const type = typeOf(schema);
   const kind = format ?? (type === "integer" ? "A whole number." : type === "number" ? "A number." : null);
   const description = schema.description ? schema.description.replace(/([^.!?])$/, "$1.") : null;
@@ -185,13 +191,9 @@ function objectNode(schema, pointer, label, value, look) {
   const required = new Set(schema.required ?? []);
   const value_ = isObject(value) ? value : {};
   const children = members(schema, value_).map(([key, sub]) =>
-    [key, buildNode(sub, child(pointer, key), sub.title ?? key, value_[key], required.has(key), look)]);
+    [key, buildNode(sub, child(pointer, key), sub.title ?? key, memberOf(value_, key), required.has(key), look)]);
   const read = () => {
-    const out = {};
-    for (const [key, node] of children) {
-      const v = node.read();
-      if (v !== undefined) out[key] = v;
-    }
+    const out = objectOf(children.map(([key, node]) => [key, node.read()]));
     return pointer === "" || Object.keys(out).length || isObject(value) ? out : undefined;
   };
   const body = children.map(([, node]) => node.el);
@@ -247,7 +249,7 @@ function arrayNode(schema, pointer, label, value, look) {
       const cells = columns.map(([key, sub], c) => cell(
         sub,
         key === null ? rowPointer : child(rowPointer, key),
-        key === null ? item.value : isObject(item.value) ? item.value[key] : undefined,
+        key === null ? item.value : memberOf(item.value, key),
         evidenceRow === null ? "" : key === null ? evidenceRow : child(evidenceRow, key),
         [headIds[c], head.id],
         `${label} row ${i + 1}${key === null ? "" : ` ${key}`}`));
@@ -262,12 +264,7 @@ function arrayNode(schema, pointer, label, value, look) {
 
   function rowValue(row) {
     if (!ofObjects) return row.cells[0].read();
-    const out = {};
-    columns.forEach(([key], c) => {
-      const v = row.cells[c].read();
-      if (v !== undefined) out[key] = v;
-    });
-    return out;
+    return objectOf(columns.map(([key], c) => [key, row.cells[c].read()]));
   }
 
   const current = () => rows.map((row) => ({ value: rowValue(row), origin: row.origin }));
@@ -286,9 +283,8 @@ function arrayNode(schema, pointer, label, value, look) {
       h("caption", {}, label, look.missing.has(pointer) ? [" ", badge("missing", "bad")] : null),
       h("thead", {}, h("tr", {},
         h("th", { scope: "col" }, "#"),
-        columns.map(([key], c) => h("th", { scope: "col", id: headIds[c] },
-          key === null ? "Value" : (ofObjects && itemSchema.properties && itemSchema.properties[key]
-            && itemSchema.properties[key].title) || key,
+        columns.map(([key, sub], c) => h("th", { scope: "col", id: headIds[c] },
+          key === null ? "Value" : sub.title ?? key,
           requiredMembers.has(key) ? h("span", { class: "muted", title: "required", "aria-hidden": "true" }, " *") : null)),
         h("th", { scope: "col" }, h("span", { class: "visually-hidden" }, "Remove")))),
       body),
