@@ -68,6 +68,19 @@ def _assert_box_over(page: Any, bbox: list[float]) -> None:
         assert abs(shown[key] - value) <= BOX_TOLERANCE_PX, (key, shown, expected)
 
 
+# The controls of the screen without a name a person can see: a <label> on screen, the
+# headings aria-labelledby points at (a table's cells), or a button's own text.
+UNNAMED_CONTROLS_JS = """() => [...document.querySelectorAll("main input, main select, main textarea, main button")]
+  .filter((el) => {
+    const ids = (el.getAttribute("aria-labelledby") || "").split(/\\s+/).filter(Boolean);
+    const namers = ids.length ? ids.map((id) => document.getElementById(id)).filter(Boolean)
+      : el.tagName === "BUTTON" ? [el] : [...el.labels];
+    const seen = namers.filter((n) => n.checkVisibility()).map((n) => n.textContent.trim()).join("");
+    return !seen && !(el.tagName === "BUTTON" && el.getAttribute("aria-label"));
+  })
+  .map((el) => el.name || el.id || el.tagName)"""
+
+
 def _field_error(page: Any, label: str) -> Any:
     """The error shown at a value: the element its input is described by."""
     control = page.get_by_label(label, exact=True)
@@ -110,6 +123,7 @@ def test_review_queue_boxes_corrections_and_approval(start_daemon: Callable[...,
         date_field = page.locator(".field", has=page.get_by_label("date", exact=True))
         expect(date_field.get_by_text("low confidence")).to_have_count(0)
         expect(page.locator(".field-box:visible")).to_have_count(0)
+        assert page.evaluate(UNNAMED_CONTROLS_JS) == []
 
         # Selecting a value shows its box over the page.
         company.click()
@@ -301,6 +315,7 @@ def test_nested_values_and_line_items_are_edited_until_complete(
         expect(amount_cell.get_by_text("missing")).to_be_visible()
         expect(page.get_by_role("button", name="Approve")).to_be_disabled()
         expect(page.get_by_text("Fill in the missing values and save before approving.")).to_be_visible()
+        assert page.evaluate(UNNAMED_CONTROLS_JS) == []
 
         # A line item's cell shows where the document says it, like any value.
         items.get_by_role("textbox", name="description row 1").click()

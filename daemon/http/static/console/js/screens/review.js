@@ -18,6 +18,7 @@ const KEYS = [
   ["Alt+↑ or k", "previous value"],
   ["Esc", "leave the value being typed (then j, k and n work)"],
   ["Alt+N or n", "next job to review"],
+  ["Enter", "save (in a value)"],
 ];
 
 // --- JSON pointers (RFC 6901), as in resultMeta.fields and the API's error messages ---
@@ -564,7 +565,7 @@ export async function render(view, params, ctx) {
       h("p", { class: "reviewed" }, job.reviewedAt
         ? ["Approved by ", reviewer, " on ", when(job.reviewedAt), "."]
         : "Not approved yet."),
-      fromQueue ? h("button", { type: "button", onclick: () => goToNextJob(job, ctx) }, "Next job to review") : null);
+      fromQueue ? h("button", { type: "button", onclick: nextJob }, "Next job to review") : null);
   }
 
   function choose(control) {
@@ -678,6 +679,12 @@ export async function render(view, params, ctx) {
     }
   }
 
+  /** The next job of the queue; unsaved changes are not dropped without asking. */
+  function nextJob() {
+    if (dirty && !window.confirm("Your changes are not saved. Open the next job anyway?")) return;
+    goToNextJob(job, ctx).catch((error) => ctx.notify(error.message, "error"));
+  }
+
   function step(by) {
     const controls = [...form.querySelectorAll("[data-pointer]")];
     if (!controls.length) return;
@@ -688,13 +695,16 @@ export async function render(view, params, ctx) {
     choose(next);
   }
 
+  // Closing the tab or reloading with unsaved changes asks first.
+  window.addEventListener("beforeunload", (event) => { if (dirty) event.preventDefault(); }, { signal: ctx.signal });
+
   document.addEventListener("keydown", (event) => {
     if (event.ctrlKey || event.metaKey || event.defaultPrevented) return;
     const plain = !event.altKey && !typing(event.target);
     let action = null;
     if ((event.altKey && event.key === "ArrowDown") || (plain && event.key === "j")) action = () => step(1);
     else if ((event.altKey && event.key === "ArrowUp") || (plain && event.key === "k")) action = () => step(-1);
-    else if ((event.altKey && event.code === "KeyN") || (plain && event.key === "n")) action = () => goToNextJob(job, ctx);
+    else if ((event.altKey && event.code === "KeyN") || (plain && event.key === "n")) action = nextJob;
     else if (event.key === "Escape" && typing(event.target)) action = () => event.target.blur();
     if (!action) return;
     event.preventDefault();
@@ -710,7 +720,7 @@ export async function render(view, params, ctx) {
       h("div", { class: "review-document" }, whereNote, scroller),
       h("div", {},
         formArea,
-        h("details", { class: "card keys" },
+        h("details", { class: "card keys", open: true },
           h("summary", {}, "Keyboard"),
           h("dl", {}, KEYS.map(([keys, what]) => [h("dt", {}, h("kbd", {}, keys)), h("dd", {}, what)]))),
         h("div", { class: "actions" }, deleteButton(job, ctx), h("a", { href: "#/jobs" }, "Back to the jobs")))));
