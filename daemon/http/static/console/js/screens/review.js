@@ -8,17 +8,17 @@
 // file) goes into the page as text nodes or input values, never as HTML.
 
 import * as api from "../api.js";
-import { badge, field, fill, h, select, setFieldError, uid, when } from "../dom.js";
+import { badge, field, fill, h, select, setFieldError, shortId, uid, when } from "../dom.js";
 import { statusBadges } from "./jobs.js";
 
 const MOVING = new Set(["PENDING", "QUEUED", "RUNNING"]);
 const POLL_MS = 2000;
 const KEYS = [
-  ["Alt+↓ or j", "next value"],
-  ["Alt+↑ or k", "previous value"],
-  ["Esc", "leave the value being typed (then j, k and n work)"],
-  ["Alt+N or n", "next job to review"],
-  ["Enter", "save (in a value)"],
+  [["Alt+↓", "j"], "next value"],
+  [["Alt+↑", "k"], "previous value"],
+  [["Esc"], "leave the value being typed (then j, k and n work)"],
+  [["Alt+N", "n"], "next job to review"],
+  [["Enter"], "save (in a value)"],
 ];
 
 // --- JSON pointers (RFC 6901), as in resultMeta.fields and the API's error messages ---
@@ -555,7 +555,7 @@ export async function render(view, params, ctx) {
   let selected = null; // the pointer of the value on show
 
   function drawSummary() {
-    const reviewer = job.reviewedBy === ctx.user.id ? "you" : job.reviewedBy;
+    const reviewer = job.reviewedBy === ctx.user.id ? "you" : shortId(job.reviewedBy);
     fill(summary,
       h("p", {}, statusBadges(job),
         job.originalResult ? badge("corrected", "running") : null),
@@ -722,6 +722,7 @@ export async function render(view, params, ctx) {
         formArea,
         h("details", { class: "card keys", open: true },
           h("summary", {}, "Keyboard"),
-          h("dl", {}, KEYS.map(([keys, what]) => [h("dt", {}, h("kbd", {}, keys)), h("dd", {}, what)]))),
+          h("dl", {}, KEYS.map(([keys, what]) => [
+            h("dt", {}, keys.map((key, i) => [i ? " or " : null, h("kbd", {}, key)])), h("dd", {}, what)]))),
         h("div", { class: "actions" }, deleteButton(job, ctx), h("a", { href: "#/jobs" }, "Back to the jobs")))));
 }
