@@ -39,9 +39,12 @@ def test_api_docs_render_every_operation_without_network(start_daemon: Callable[
     daemon = start_daemon(env=QUICK_ENV)
     wait_until_serving(daemon)
     origin = daemon.url("")
+    document = httpx.get(daemon.url("/api/openapi.json")).json()
+    # Every operation, and every event a receiver gets (the `webhooks` section, listed by type).
     operations = {
         (method.upper(), path)
-        for path, item in httpx.get(daemon.url("/api/openapi.json")).json()["paths"].items()
+        for section in ("paths", "webhooks")
+        for path, item in document[section].items()
         for method in item
     }
     outside: list[str] = []
