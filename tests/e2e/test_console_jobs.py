@@ -66,8 +66,21 @@ def test_register_upload_watch_and_sign_out(start_daemon: Callable[..., Any], tm
         assert [run["total"] for run in runs] == [2]
         assert page.get_by_label("Filter by run").input_value() == runs[0]["id"]
 
-        # Filters narrow the list: nothing failed.
+        # Drag and drop works as the file picker does.
         page.get_by_label("Filter by run").select_option("")
+        dropped = page.evaluate_handle("""() => {
+            const transfer = new DataTransfer();
+            const text = "Company: Dropped Ltd\\nTotal: 3.50\\n";
+            transfer.items.add(new File([text], "dropped.txt", {type: "text/plain"}));
+            return transfer;
+        }""")
+        page.dispatch_event(".drop", "dragenter", {"dataTransfer": dropped})
+        expect(page.locator(".drop")).to_have_class(re.compile("over"))
+        page.dispatch_event(".drop", "drop", {"dataTransfer": dropped})
+        page.get_by_role("button", name="Upload").click()
+        page.get_by_role("link", name="dropped.txt").wait_for()
+
+        # Filters narrow the list: nothing failed.
         page.get_by_label("Filter by status").select_option("FAILED")
         page.get_by_text("No jobs match.").wait_for()
         assert "status=FAILED" in page.url
