@@ -45,8 +45,9 @@ async def test_every_module_the_console_imports_is_served(client) -> None:
         for imported in re.findall(r'^import .* from "(\.[^"]+)";$', source, flags=re.M):
             target = (CONSOLE_DIR / name).parent.joinpath(imported).resolve().relative_to(CONSOLE_DIR.resolve())
             assert target.as_posix() in ASSETS, f"{name} imports {imported}, which is not served"
-        # Nothing from another origin: no absolute URL in any module.
-        assert not re.search(r"""["'`]https?://""", source), name
+        # Nothing from another origin: no absolute URL in any module (but a form's example text).
+        fetchable = re.sub(r'placeholder: "[^"]*"', "", source)
+        assert not re.search(r"""["'`]https?://""", fetchable), name
 
 
 async def test_files_are_revalidated_by_etag(client) -> None:

@@ -87,7 +87,7 @@ async def test_protected_operations_name_their_security_and_public_ones_none(doc
     schemes = document["components"]["securitySchemes"]
     assert schemes["accessToken"]["scheme"] == "bearer" and schemes["apiKey"]["scheme"] == "bearer"
     public = {p for m, p, op in operations(document) if op["security"] == []}
-    assert public == {"/api/health", "/api/ready", "/metrics", "/api/auth/register", "/api/auth/login",
+    assert public == {"/api/health", "/api/ready", "/api/settings", "/metrics", "/api/auth/register", "/api/auth/login",
                       "/api/auth/refresh", "/api/auth/logout", "/api/schema/convert",
                       "/api/integrations/google-drive/callback"}
     for method, path, op in operations(document):
