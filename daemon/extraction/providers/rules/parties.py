@@ -475,29 +475,45 @@ def _street_line(item: HeaderLine) -> bool:
 _DEBRIS = "‘’“”'\"|~_°•*`"
 
 
+# A colon after a word at the end of an address's line: a speck, or a comma's tail read
+# whole; an address line ends with no label ("LOT NO:" ends with a short one, kept).
+_LINE_END_COLON = re.compile(r"(?<=[A-Za-z]{4}):$")
+
+
 def _clean_line(text: str) -> str:
     """A line without the marks OCR reads into the margin beside it."""
-    return " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " ")
+    return _LINE_END_COLON.sub("", " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " "))
 
 
-# A word read with i, 1 or I for an l ("Jaian", "J1n"): which address word it is.
-_MISREAD_L = re.compile(r"[a-z1]*[i1][a-z1]*", re.IGNORECASE)
+# A word read with i, 1 or I for an l ("Jaian", "J1n"), or with a digit for a letter that
+# looks like it ("10T", "1.OT": the foot of an L read as a stop): which address word it is.
+_MISREAD_WORD = re.compile(r"[a-z0-9]+(?:\.[a-z0-9]+)?", re.IGNORECASE)
+# The letters OCR reads as these digits (1 is an l far more often than an I in an address word).
+_LOOKALIKE_LETTERS = str.maketrans("0158", "olsb")
 
 
 def _street_words(text: str) -> str:
-    """`text` with its address words' l mended where OCR read it i, 1 or I ("Jaian" -> "Jalan")."""
+    """`text` with its address words' letters mended where OCR read an l as i, 1 or I
+    ("Jaian" -> "Jalan"), or a letter as the digit it looks like ("10T" -> "LOT")."""
 
     def mend(match: re.Match[str]) -> str:
         word = match.group()
-        if _ADDRESS_WORDS.fullmatch(word.lower()):
+        if len(word) < 3 or _ADDRESS_WORDS.fullmatch(word.lower()):
             return word
-        for misread in ("i", "1", "I"):
-            mended = word.replace(misread, "L" if word.isupper() else "l")
-            if mended != word and _ADDRESS_WORDS.fullmatch(mended.lower()):
-                return mended
+        if not any(ch.isalpha() for ch in word):
+            return word  # a number
+        letters = word.replace(".", "").lower().translate(_LOOKALIKE_LETTERS)
+        for mended in (letters, letters.replace("i", "l")):
+            if _ADDRESS_WORDS.fullmatch(mended):
+                return mended.upper() if not any(ch.islower() for ch in word) else _cased_like(mended, word)
         return word
 
-    return _MISREAD_L.sub(mend, text) if ("i" in text or "1" in text or "I" in text) else text
+    return _MISREAD_WORD.sub(mend, text)
+
+
+def _cased_like(mended: str, word: str) -> str:
+    """`mended` (lower case) in the case of the `word` it mends: "Jalan" for "Jaian", "jln" for "j1n"."""
+    return mended.capitalize() if word[:1].isupper() else mended
 
 
 # A capital I inside a word otherwise in lower case is a misread l: "WorId", "JIn", "BIk".
@@ -515,13 +531,51 @@ _DOUBLED_STOP = re.compile(r"(?<=\w)\.(?=\.(?!\.)|,)")
 
 # A full stop inside an address after a word (not an abbreviation: "JLN.", "P.T.") or a
 # number: the comma that separates an address's parts, read as a stop in a small print.
-_INNER_STOP = re.compile(r"(?:(?<=[A-Za-z]{4})|(?<=\d))\.(?= \S)")
+_INNER_STOP = re.compile(r"(?:(?<=[A-Za-z]{4})|(?<=\d)|(?<=\d[A-Za-z])|(?<=\d-[A-Za-z]))\.(?= \S)")
+
+
+# OCR's confusions judged by the kind of token they are in (a run of letters and digits).
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+# The letters OCR reads as these digits inside a word.
+_DIGIT_AS_LETTER = str.maketrans("058", "OSB")
+# A floor's ordinal with its D read as a zero: "3R0" -> "3RD", "2N0" -> "2ND".
+_ORDINAL = re.compile(r"(\d{1,2}[RrNn])0")
+
+
+def _mended_token(token: str) -> str:
+    """A token with the characters OCR misread in it read as the kind of token it is: a word
+    of letters with one digit that looks like a letter, not among its last two characters
+    (where a digit is a block's number: "Uptown3", "USJ8A"), has the letter ("8ESAR" -> "BESAR"); a number with an O
+    among its digits has a zero ("29O" -> "290")."""
+    digits = sum(ch.isdigit() for ch in token)
+    letters = len(token) - digits
+    if digits == 1 and letters >= 3 and not any(ch.isdigit() for ch in token[-2:]):
+        return token.translate(_DIGIT_AS_LETTER)
+    if digits >= 2 and letters == token.upper().count("O") == 1 and not token[0].isalpha():
+        return token.replace("O", "0").replace("o", "0")
+    if (ordinal := _ORDINAL.fullmatch(token)) is not None:
+        return ordinal.group(1) + ("D" if ordinal.group(1)[-1].isupper() else "d")
+    return token
+
+
+def _mended_tokens(text: str) -> str:
+    return _TOKEN.sub(lambda match: _mended_token(match.group()), text)
+
+
+# A street word that starts an address's parts glued to the name after it ("JALANKPB"): OCR
+# lost the space between them. (Not a Malay suffix after it: "JALANAN" is a word.)
+_GLUED_STREET = re.compile(r"(?<![A-Za-z])(JALAN|Jalan|TAMAN|Taman|LORONG|Lorong|PERSIARAN|Persiaran)"
+                           r"(?=[A-Z0-9]{3,}|[A-Z0-9][a-z0-9]{2,})(?!AN(?![A-Za-z]))")
+
+
+def _unglued_address(text: str) -> str:
+    return _GLUED_STREET.sub(r"\1 ", text)
 
 
 def _spaced_address(text: str) -> str:
     """The address with the spacing and stops OCR garbled between its words mended."""
     text = _street_words(_mended_letters(_DOUBLED_STOP.sub("", _GLUED_TOWN.sub(r"\1 ", text))))
-    return _INNER_STOP.sub(",", text)
+    return _INNER_STOP.sub(",", _unglued_address(_mended_tokens(text)))
 
 
 # Where a line's phone, fax or e-mail starts: its label (maybe misread, "Te1"), else the number.

@@ -278,6 +278,49 @@ def test_an_address_word_read_with_i_for_l_is_mended() -> None:
     assert result["address"] == "Jalan Lapangan Terbang Subang 47200 Subang Selangor"
 
 
+def test_an_address_word_read_with_digits_for_its_letters_is_mended() -> None:
+    # The foot of the L read as a stop, or the L as a 1 and the O as a zero.
+    for misread in ("10T", "1.OT"):
+        result = read(scanned("MAJU HARDWARE SDN BHD", f"{misread} 12-A, JALAN SATU,", "41150 KLANG",
+                              "TEL: 03-3359 1234"))
+        assert result["address"] == "LOT 12-A, JALAN SATU, 41150 KLANG"
+    # A number that is not an address word stays a number.
+    assert read(scanned("MAJU HARDWARE SDN BHD", "NO. 105, JALAN SATU,", "41150 KLANG"))["address"] == \
+        "NO. 105, JALAN SATU, 41150 KLANG"
+
+
+def test_a_stop_after_a_house_number_with_its_letter_is_a_comma() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "LOT 12-A & 12-B. JALAN SATU,", "41150 KLANG"))
+    assert result["address"] == "LOT 12-A & 12-B, JALAN SATU, 41150 KLANG"
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO 31G. JALAN SATU,", "41150 KLANG"))
+    assert result["address"] == "NO 31G, JALAN SATU, 41150 KLANG"
+
+
+def test_a_misread_character_is_read_as_the_kind_of_token_it_is_in() -> None:
+    # A digit inside a word is the letter it looks like, a letter O among digits a zero,
+    # a floor's ordinal ends in D.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "3R0 FLOOR, NO 2O4, JALAN 8UNGA 5ARI,", "41150 KLANG",
+                          "TEL: 03-3359 1234"))
+    assert result["address"] == "3RD FLOOR, NO 204, JALAN BUNGA SARI, 41150 KLANG"
+    # A digit at the end of a word, or in a code of a few letters, is printed so.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "Lot 3, Uptown5, Jalan USJ8A,", "47600 Subang Jaya"))
+    assert result["address"] == "Lot 3, Uptown5, Jalan USJ8A, 47600 Subang Jaya"
+
+
+def test_a_street_word_glued_to_the_name_after_it_is_set_off() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO 7, JALANKENARI 5, TAMANBUNGA RAYA,", "41150 KLANG"))
+    assert result["address"] == "NO 7, JALAN KENARI 5, TAMAN BUNGA RAYA, 41150 KLANG"
+    # A word that starts with one is not split.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO 7, JALANAN KENARI,", "41150 KLANG"))
+    assert result["address"] == "NO 7, JALANAN KENARI, 41150 KLANG"
+
+
+def test_a_colon_ending_an_address_line_after_a_word_is_dropped() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO. 5, JALAN BESAR, 45600 BATANG KALI:", "SELANGOR DARUL EHSAN",
+                          "TEL: 03-3359 1234"))
+    assert result["address"] == "NO. 5, JALAN BESAR, 45600 BATANG KALI SELANGOR DARUL EHSAN"
+
+
 def test_a_line_further_below_the_address_than_its_lines_are_apart_is_not_part_of_it() -> None:
     def line(text: str, top: float) -> Line:
         return Line((Word(text, 10.0, top, 300.0, top + 30.0, 0.95),))
