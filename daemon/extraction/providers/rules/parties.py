@@ -568,7 +568,38 @@ _GLUED_STREET = re.compile(r"(?<![A-Za-z])(JALAN|Jalan|TAMAN|Taman|LORONG|Lorong
                            r"(?=[A-Z0-9]{3,}|[A-Z0-9][a-z0-9]{2,})(?!AN(?![A-Za-z]))")
 
 
+# Words of the addresses docex reads (Malaysian ones: their street and place words, the
+# states and federal territories): a word one character away from one of them is it,
+# misread, where that character is a mark ("JA:AN", "SE_ANGOR") or one of the letters
+# OCR confuses ("TANAN"); not another letter, which may be printed so ("PARINDUSTRIAN").
+_PLACE_WORDS = (  # in order: the first that fits is taken
+    "jalan", "lorong", "persiaran", "lebuhraya", "taman", "bandar", "kawasan", "perindustrian", "kampung",
+    "seksyen", "wisma", "menara", "bangunan", "kompleks", "plaza", "tingkat", "street", "avenue", "building",
+    "industrial", "square", "centre", "center", "level", "floor", "darul", "ehsan", "takzim", "khusus",
+    "selangor", "johor", "kedah", "kelantan", "terengganu", "pahang", "perak", "perlis", "melaka", "negeri",
+    "sembilan", "sabah", "sarawak", "penang", "pulau", "pinang", "kuala", "lumpur", "putrajaya", "labuan",
+    "malaysia",
+)
+_CONFUSED = frozenset(("mn", "nm", "il", "li", "od", "do", "uv", "vu"))
+_WORD_WITH_MARKS = re.compile(r"[A-Za-z][A-Za-z:_]{3,}[A-Za-z]")
+
+
+def _place_word(word: str) -> str:
+    """`word`, or the place word it is misread from."""
+    lower = word.lower()
+    if lower in _PLACE_WORDS:
+        return word
+    for place in _PLACE_WORDS:
+        if len(place) != len(word):
+            continue
+        differ = [(a, b) for a, b in zip(lower, place, strict=True) if a != b]
+        if len(differ) == 1 and (not differ[0][0].isalpha() or differ[0][0] + differ[0][1] in _CONFUSED):
+            return place.upper() if not any(ch.islower() for ch in word) else place.capitalize()
+    return word
+
+
 def _unglued_address(text: str) -> str:
+    text = _WORD_WITH_MARKS.sub(lambda match: _place_word(match.group()), text)
     return _GLUED_STREET.sub(r"\1 ", text)
 
 

@@ -315,6 +315,15 @@ def test_a_street_word_glued_to_the_name_after_it_is_set_off() -> None:
     assert result["address"] == "NO 7, JALANAN KENARI, 41150 KLANG"
 
 
+def test_a_place_word_misread_by_a_mark_or_a_confused_letter_is_mended() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO.12,JA:AN MAWAR 5, TANAN BUNGA,", "41150 KLANG SE_ANGOR",
+                          "TEL: 03-3359 1234"))
+    assert result["address"] == "NO.12,JALAN MAWAR 5, TAMAN BUNGA, 41150 KLANG SELANGOR"
+    # Another letter may be printed so: it stays.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO.12, KAWASAN PARINDUSTRIAN MAJU,", "41150 KLANG"))
+    assert result["address"] == "NO.12, KAWASAN PARINDUSTRIAN MAJU, 41150 KLANG"
+
+
 def test_a_colon_ending_an_address_line_after_a_word_is_dropped() -> None:
     result = read(scanned("MAJU HARDWARE SDN BHD", "NO. 5, JALAN BESAR, 45600 BATANG KALI:", "SELANGOR DARUL EHSAN",
                           "TEL: 03-3359 1234"))
