@@ -85,7 +85,7 @@ _POSTCODE = re.compile(r"(?<![a-z\d./-])\d{5}(?![\d.,/-]\d|\d)")
 # Words that start or make a street address (English and Malay).
 _ADDRESS_WORDS = re.compile(
     r"(?<![a-z])(?:no|lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
-    r"bandar|kawasan|kampung|kg|blok|block|batu|seksyen|wisma|menara|bangunan|kompleks|plaza|street|st|road|"
+    r"bandar|kawasan|kampung|kg|blok|block|batu|seksyen|sek|wisma|menara|bangunan|kompleks|plaza|street|st|road|"
     r"rd|avenue|ave|lane|ln|drive|building|suite|unit|industrial|park|square|centre|center)(?![a-z])"
 )
 # The same without "no", which also starts the document's own numbers.

@@ -324,6 +324,14 @@ def test_a_place_word_misread_by_a_mark_or_a_confused_letter_is_mended() -> None
     assert result["address"] == "NO.12, KAWASAN PARINDUSTRIAN MAJU, 41150 KLANG"
 
 
+def test_a_line_with_a_section_abbreviated_sek_is_the_address_not_the_name() -> None:
+    # The name is a logo OCR did not read: the address line is not taken for it.
+    result = read(scanned("Ref No: 0 00612345678901", "Pt12345 Sek U2, Shah Alam", "GST Reg No : 001951612345",
+                          "05/03/2018 11:43am", "MAJU DISHWASH 1L", "2 x 11.50   23.00"))
+    assert result["address"] == "Pt12345 Sek U2, Shah Alam"
+    assert result.get("company") != "Pt12345 Sek U2, Shah Alam"
+
+
 def test_a_colon_ending_an_address_line_after_a_word_is_dropped() -> None:
     result = read(scanned("MAJU HARDWARE SDN BHD", "NO. 5, JALAN BESAR, 45600 BATANG KALI:", "SELANGOR DARUL EHSAN",
                           "TEL: 03-3359 1234"))
