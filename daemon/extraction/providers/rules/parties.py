@@ -465,10 +465,14 @@ def _more_address(item: HeaderLine) -> bool:
     return item.role is LineRole.TEXT and not _LEGAL.search(folded) and not _MORE_NAMES.search(folded)
 
 
+# A code in brackets: a branch's or a site's ("Duty Free Zone (J8)"), not a house number.
+_BRACKETED = re.compile(r"\([^()]*\)")
+
+
 def _street_line(item: HeaderLine) -> bool:
-    """A line that may start an address: with a number or a street word."""
+    """A line that may start an address: with a number (not a bracketed code) or a street word."""
     folded = item.ref.folded
-    return _more_address(item) and (any(ch.isdigit() for ch in folded)
+    return _more_address(item) and (any(ch.isdigit() for ch in _BRACKETED.sub("", folded))
                                     or _ADDRESS_WORDS.search(_street_words(folded)) is not None)
 
 

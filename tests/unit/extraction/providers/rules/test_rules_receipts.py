@@ -332,6 +332,12 @@ def test_a_line_with_a_section_abbreviated_sek_is_the_address_not_the_name() -> 
     assert result.get("company") != "Pt12345 Sek U2, Shah Alam"
 
 
+def test_a_branch_with_a_bracketed_code_above_the_address_is_not_part_of_it() -> None:
+    result = read(scanned("MAJU EKSKLUSIF SDN BHD (123456-D)", "Arrival Hall (K3)", "12 Jalan Laut", "Tanjung Bunga",
+                          "80300 Johor Bahru", "Tel: 07-2212 888"))
+    assert result["address"] == "12 Jalan Laut Tanjung Bunga 80300 Johor Bahru"
+
+
 def test_a_colon_ending_an_address_line_after_a_word_is_dropped() -> None:
     result = read(scanned("MAJU HARDWARE SDN BHD", "NO. 5, JALAN BESAR, 45600 BATANG KALI:", "SELANGOR DARUL EHSAN",
                           "TEL: 03-3359 1234"))
