@@ -491,7 +491,7 @@ def _clean_line(text: str) -> str:
 
 # A word read with i, 1 or I for an l ("Jaian", "J1n"), or with a digit for a letter that
 # looks like it ("10T", "1.OT": the foot of an L read as a stop): which address word it is.
-_MISREAD_WORD = re.compile(r"[a-z0-9]+(?:\.[a-z0-9]+)?", re.IGNORECASE)
+_MISREAD_WORD = re.compile(r"[a-z0-9]+(?:(?<=\d)\.[a-z0-9]+)?", re.IGNORECASE)
 # The letters OCR reads as these digits (1 is an l far more often than an I in an address word).
 _LOOKALIKE_LETTERS = str.maketrans("0158", "olsb")
 
@@ -553,8 +553,12 @@ def _mended_token(token: str) -> str:
     among its digits has a zero ("29O" -> "290")."""
     digits = sum(ch.isdigit() for ch in token)
     letters = len(token) - digits
-    if digits == 1 and letters >= 3 and not any(ch.isdigit() for ch in token[-2:]):
-        return token.translate(_DIGIT_AS_LETTER)
+    # (Not where a word starts after the digit: "Lot8Jalan" is a number glued between words.)
+    glued = any(ch.islower() for ch in token) and any(ch.isupper() for ch in token[1:])
+    if digits == 1 and letters >= 3 and not any(ch.isdigit() for ch in token[-2:]) and not glued:
+        # A capital where it starts the word ("8esar" -> "Besar"), else in the word's case.
+        inner = token[1:].translate(_DIGIT_AS_LETTER)
+        return token[0].translate(_DIGIT_AS_LETTER) + (inner.lower() if any(ch.islower() for ch in token) else inner)
     if digits >= 2 and letters == token.upper().count("O") == 1 and not token[0].isalpha():
         return token.replace("O", "0").replace("o", "0")
     if (ordinal := _ORDINAL.fullmatch(token)) is not None:

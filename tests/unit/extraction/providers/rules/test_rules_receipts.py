@@ -284,9 +284,9 @@ def test_an_address_word_read_with_digits_for_its_letters_is_mended() -> None:
         result = read(scanned("MAJU HARDWARE SDN BHD", f"{misread} 12-A, JALAN SATU,", "41150 KLANG",
                               "TEL: 03-3359 1234"))
         assert result["address"] == "LOT 12-A, JALAN SATU, 41150 KLANG"
-    # A number that is not an address word stays a number.
-    assert read(scanned("MAJU HARDWARE SDN BHD", "NO. 105, JALAN SATU,", "41150 KLANG"))["address"] == \
-        "NO. 105, JALAN SATU, 41150 KLANG"
+    # A number that is not an address word stays a number, and initials stay initials.
+    assert read(scanned("MAJU HARDWARE SDN BHD", "NO. 105, JALAN S.T. SAMY,", "41150 KLANG"))["address"] == \
+        "NO. 105, JALAN S.T. SAMY, 41150 KLANG"
 
 
 def test_a_stop_after_a_house_number_with_its_letter_is_a_comma() -> None:
@@ -302,9 +302,15 @@ def test_a_misread_character_is_read_as_the_kind_of_token_it_is_in() -> None:
     result = read(scanned("MAJU HARDWARE SDN BHD", "3R0 FLOOR, NO 2O4, JALAN 8UNGA 5ARI,", "41150 KLANG",
                           "TEL: 03-3359 1234"))
     assert result["address"] == "3RD FLOOR, NO 204, JALAN BUNGA SARI, 41150 KLANG"
-    # A digit at the end of a word, or in a code of a few letters, is printed so.
+    # In a word in lower case, the letter is in lower case but where it starts the word.
+    result = read(scanned("Maju Hardware Sdn Bhd", "No 7, Jalan 8unga, Taman Se5uria,", "41150 Klang"))
+    assert result["address"] == "No 7, Jalan Bunga, Taman Sesuria, 41150 Klang"
+    # A digit at the end of a word, or in a code of a few letters, is printed so, and so
+    # is a number glued between two words.
     result = read(scanned("MAJU HARDWARE SDN BHD", "Lot 3, Uptown5, Jalan USJ8A,", "47600 Subang Jaya"))
     assert result["address"] == "Lot 3, Uptown5, Jalan USJ8A, 47600 Subang Jaya"
+    result = read(scanned("Maju Hardware Sdn Bhd", "Lot8Jalan Mawar,", "47600 Subang Jaya"))
+    assert result["address"] == "Lot8Jalan Mawar, 47600 Subang Jaya"
 
 
 def test_a_street_word_glued_to_the_name_after_it_is_set_off() -> None:
