@@ -50,9 +50,14 @@ if TYPE_CHECKING:
 # shrunk so that its longer side is this many pixels, rounded to a multiple of 32.
 MAX_SIDE = 2000
 # One inference thread per worker process: workers are already one per CPU.
+# No angle classifier: it turns over each text run it judges upside down, and the
+# documents docex reads are upright (the rules read a page top to bottom); it turned
+# upright lines of the sample receipts over into nonsense ("SEL-LI S NO S H" for a
+# shop's name), and reading without it lost no field (bench/receipts.py).
 _PARAMS = {
     "Global.log_level": "error",
     "Global.max_side_len": MAX_SIDE,
+    "Global.use_cls": False,
     "EngineConfig.onnxruntime.intra_op_num_threads": 1,
     "EngineConfig.onnxruntime.inter_op_num_threads": 1,
 }

@@ -85,7 +85,7 @@ _POSTCODE = re.compile(r"(?<![a-z\d./-])\d{5}(?![\d.,/-]\d|\d)")
 # Words that start or make a street address (English and Malay).
 _ADDRESS_WORDS = re.compile(
     r"(?<![a-z])(?:no|lot|level|floor|flr|tingkat|jalan|jln|jl|lorong|persiaran|lebuh|lebuhraya|taman|tmn|"
-    r"bandar|kawasan|kampung|kg|blok|block|batu|seksyen|wisma|menara|bangunan|kompleks|plaza|street|st|road|"
+    r"bandar|kawasan|kampung|kg|blok|block|batu|seksyen|sek|wisma|menara|bangunan|kompleks|plaza|street|st|road|"
     r"rd|avenue|ave|lane|ln|drive|building|suite|unit|industrial|park|square|centre|center)(?![a-z])"
 )
 # The same without "no", which also starts the document's own numbers.
@@ -465,39 +465,59 @@ def _more_address(item: HeaderLine) -> bool:
     return item.role is LineRole.TEXT and not _LEGAL.search(folded) and not _MORE_NAMES.search(folded)
 
 
+# A code in brackets: a branch's or a site's ("Duty Free Zone (J8)"), not a house number.
+_BRACKETED = re.compile(r"\([^()]*\)")
+
+
 def _street_line(item: HeaderLine) -> bool:
-    """A line that may start an address: with a number or a street word."""
+    """A line that may start an address: with a number (not a bracketed code) or a street word."""
     folded = item.ref.folded
-    return _more_address(item) and (any(ch.isdigit() for ch in folded)
+    return _more_address(item) and (any(ch.isdigit() for ch in _BRACKETED.sub("", folded))
                                     or _ADDRESS_WORDS.search(_street_words(folded)) is not None)
 
 
 _DEBRIS = "‘’“”'\"|~_°•*`"
 
 
+# A colon after a word at the end of an address's line: a speck, or a comma's tail read
+# whole; an address line ends with no label ("LOT NO:" ends with a short one, kept).
+_LINE_END_COLON = re.compile(r"(?<=[A-Za-z]{4}):$")
+
+
 def _clean_line(text: str) -> str:
     """A line without the marks OCR reads into the margin beside it."""
-    return " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " ")
+    return _LINE_END_COLON.sub("", " ".join(text.split()).lstrip(_DEBRIS + " ").rstrip(_DEBRIS.replace("'", "") + " "))
 
 
-# A word read with i, 1 or I for an l ("Jaian", "J1n"): which address word it is.
-_MISREAD_L = re.compile(r"[a-z1]*[i1][a-z1]*", re.IGNORECASE)
+# A word read with i, 1 or I for an l ("Jaian", "J1n"), or with a digit for a letter that
+# looks like it ("10T", "1.OT": the foot of an L read as a stop): which address word it is.
+_MISREAD_WORD = re.compile(r"[a-z0-9]+(?:(?<=\d)\.[a-z0-9]+)?", re.IGNORECASE)
+# The letters OCR reads as these digits (1 is an l far more often than an I in an address word).
+_LOOKALIKE_LETTERS = str.maketrans("0158", "olsb")
 
 
 def _street_words(text: str) -> str:
-    """`text` with its address words' l mended where OCR read it i, 1 or I ("Jaian" -> "Jalan")."""
+    """`text` with its address words' letters mended where OCR read an l as i, 1 or I
+    ("Jaian" -> "Jalan"), or a letter as the digit it looks like ("10T" -> "LOT")."""
 
     def mend(match: re.Match[str]) -> str:
         word = match.group()
-        if _ADDRESS_WORDS.fullmatch(word.lower()):
+        if len(word) < 3 or _ADDRESS_WORDS.fullmatch(word.lower()):
             return word
-        for misread in ("i", "1", "I"):
-            mended = word.replace(misread, "L" if word.isupper() else "l")
-            if mended != word and _ADDRESS_WORDS.fullmatch(mended.lower()):
-                return mended
+        if not any(ch.isalpha() for ch in word):
+            return word  # a number
+        letters = word.replace(".", "").lower().translate(_LOOKALIKE_LETTERS)
+        for mended in (letters, letters.replace("i", "l")):
+            if _ADDRESS_WORDS.fullmatch(mended):
+                return mended.upper() if not any(ch.islower() for ch in word) else _cased_like(mended, word)
         return word
 
-    return _MISREAD_L.sub(mend, text) if ("i" in text or "1" in text or "I" in text) else text
+    return _MISREAD_WORD.sub(mend, text)
+
+
+def _cased_like(mended: str, word: str) -> str:
+    """`mended` (lower case) in the case of the `word` it mends: "Jalan" for "Jaian", "jln" for "j1n"."""
+    return mended.capitalize() if word[:1].isupper() else mended
 
 
 # A capital I inside a word otherwise in lower case is a misread l: "WorId", "JIn", "BIk".
@@ -515,13 +535,86 @@ _DOUBLED_STOP = re.compile(r"(?<=\w)\.(?=\.(?!\.)|,)")
 
 # A full stop inside an address after a word (not an abbreviation: "JLN.", "P.T.") or a
 # number: the comma that separates an address's parts, read as a stop in a small print.
-_INNER_STOP = re.compile(r"(?:(?<=[A-Za-z]{4})|(?<=\d))\.(?= \S)")
+_INNER_STOP = re.compile(r"(?:(?<=[A-Za-z]{4})|(?<=\d)|(?<=\d[A-Za-z])|(?<=\d-[A-Za-z]))\.(?= \S)")
+
+
+# OCR's confusions judged by the kind of token they are in (a run of letters and digits).
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+# The letters OCR reads as these digits inside a word.
+_DIGIT_AS_LETTER = str.maketrans("058", "OSB")
+# A floor's ordinal with its D read as a zero: "3R0" -> "3RD", "2N0" -> "2ND".
+_ORDINAL = re.compile(r"(\d{1,2}[RrNn])0")
+
+
+def _mended_token(token: str) -> str:
+    """A token with the characters OCR misread in it read as the kind of token it is: a word
+    of letters with one digit that looks like a letter, not among its last two characters
+    (where a digit is a block's number: "Uptown3", "USJ8A"), has the letter ("8ESAR" -> "BESAR"); a number with an O
+    among its digits has a zero ("29O" -> "290")."""
+    digits = sum(ch.isdigit() for ch in token)
+    letters = len(token) - digits
+    # (Not where a word starts after the digit: "Lot8Jalan" is a number glued between words.)
+    glued = any(ch.islower() for ch in token) and any(ch.isupper() for ch in token[1:])
+    if digits == 1 and letters >= 3 and not any(ch.isdigit() for ch in token[-2:]) and not glued:
+        # A capital where it starts the word ("8esar" -> "Besar"), else in the word's case.
+        inner = token[1:].translate(_DIGIT_AS_LETTER)
+        return token[0].translate(_DIGIT_AS_LETTER) + (inner.lower() if any(ch.islower() for ch in token) else inner)
+    if digits >= 2 and letters == token.upper().count("O") == 1 and not token[0].isalpha():
+        return token.replace("O", "0").replace("o", "0")
+    if (ordinal := _ORDINAL.fullmatch(token)) is not None:
+        return ordinal.group(1) + ("D" if ordinal.group(1)[-1].isupper() else "d")
+    return token
+
+
+def _mended_tokens(text: str) -> str:
+    return _TOKEN.sub(lambda match: _mended_token(match.group()), text)
+
+
+# A street word that starts an address's parts glued to the name after it ("JALANKPB"): OCR
+# lost the space between them. (Not a Malay suffix after it: "JALANAN" is a word.)
+_GLUED_STREET = re.compile(r"(?<![A-Za-z])(JALAN|Jalan|TAMAN|Taman|LORONG|Lorong|PERSIARAN|Persiaran)"
+                           r"(?=[A-Z0-9]{3,}|[A-Z0-9][a-z0-9]{2,})(?!AN(?![A-Za-z]))")
+
+
+# Words of the addresses docex reads (Malaysian ones: their street and place words, the
+# states and federal territories): a word one character away from one of them is it,
+# misread, where that character is a mark ("JA:AN", "SE_ANGOR") or one of the letters
+# OCR confuses ("TANAN"); not another letter, which may be printed so ("PARINDUSTRIAN").
+_PLACE_WORDS = (  # in order: the first that fits is taken
+    "jalan", "lorong", "persiaran", "lebuhraya", "taman", "bandar", "kawasan", "perindustrian", "kampung",
+    "seksyen", "wisma", "menara", "bangunan", "kompleks", "plaza", "tingkat", "street", "avenue", "building",
+    "industrial", "square", "centre", "center", "level", "floor", "darul", "ehsan", "takzim", "khusus",
+    "selangor", "johor", "kedah", "kelantan", "terengganu", "pahang", "perak", "perlis", "melaka", "negeri",
+    "sembilan", "sabah", "sarawak", "penang", "pulau", "pinang", "kuala", "lumpur", "putrajaya", "labuan",
+    "malaysia",
+)
+_CONFUSED = frozenset(("mn", "nm", "il", "li", "od", "do", "uv", "vu"))
+_WORD_WITH_MARKS = re.compile(r"[A-Za-z][A-Za-z:_]{3,}[A-Za-z]")
+
+
+def _place_word(word: str) -> str:
+    """`word`, or the place word it is misread from."""
+    lower = word.lower()
+    if lower in _PLACE_WORDS:
+        return word
+    for place in _PLACE_WORDS:
+        if len(place) != len(word):
+            continue
+        differ = [(a, b) for a, b in zip(lower, place, strict=True) if a != b]
+        if len(differ) == 1 and (not differ[0][0].isalpha() or differ[0][0] + differ[0][1] in _CONFUSED):
+            return place.upper() if not any(ch.islower() for ch in word) else place.capitalize()
+    return word
+
+
+def _unglued_address(text: str) -> str:
+    text = _WORD_WITH_MARKS.sub(lambda match: _place_word(match.group()), text)
+    return _GLUED_STREET.sub(r"\1 ", text)
 
 
 def _spaced_address(text: str) -> str:
     """The address with the spacing and stops OCR garbled between its words mended."""
     text = _street_words(_mended_letters(_DOUBLED_STOP.sub("", _GLUED_TOWN.sub(r"\1 ", text))))
-    return _INNER_STOP.sub(",", text)
+    return _INNER_STOP.sub(",", _unglued_address(_mended_tokens(text)))
 
 
 # Where a line's phone, fax or e-mail starts: its label (maybe misread, "Te1"), else the number.

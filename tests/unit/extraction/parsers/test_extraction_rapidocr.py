@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import trio_parallel
-from extraction_docs import INVOICE, SCHEMA
+from extraction_docs import INVOICE, SCHEMA, render_pdf
 from PIL import Image
 
 from daemon.config import ConfigError, load_config
@@ -41,6 +41,19 @@ def test_a_blank_image_has_no_text(tmp_path: Path) -> None:
     document = parse(path, filetypes.PNG, RAPIDOCR)
     assert document.page_count == 1
     assert document.pages[0].text == ""
+
+
+def test_a_line_is_read_as_printed_even_where_it_reads_as_text_upside_down(tmp_path: Path) -> None:
+    from reportlab.pdfgen import canvas
+
+    pdf = tmp_path / "upright.pdf"
+    page = canvas.Canvas(str(pdf), pagesize=(300, 200))
+    page.setFont("Helvetica", 14)
+    page.drawString(20, 150, "pdq bud")  # upside down: "pnq bpd"
+    page.drawString(20, 100, "SOS NOON")
+    page.save()
+    document = parse(render_pdf(pdf, tmp_path / "upright.png"), filetypes.PNG, RAPIDOCR)
+    assert document.pages[0].text.splitlines() == ["pdq bud", "SOS NOON"]
 
 
 async def test_the_default_engine_extracts_every_field(make_doc: Callable[..., Path]) -> None:

@@ -278,6 +278,78 @@ def test_an_address_word_read_with_i_for_l_is_mended() -> None:
     assert result["address"] == "Jalan Lapangan Terbang Subang 47200 Subang Selangor"
 
 
+def test_an_address_word_read_with_digits_for_its_letters_is_mended() -> None:
+    # The foot of the L read as a stop, or the L as a 1 and the O as a zero.
+    for misread in ("10T", "1.OT"):
+        result = read(scanned("MAJU HARDWARE SDN BHD", f"{misread} 12-A, JALAN SATU,", "41150 KLANG",
+                              "TEL: 03-3359 1234"))
+        assert result["address"] == "LOT 12-A, JALAN SATU, 41150 KLANG"
+    # A number that is not an address word stays a number, and initials stay initials.
+    assert read(scanned("MAJU HARDWARE SDN BHD", "NO. 105, JALAN S.T. SAMY,", "41150 KLANG"))["address"] == \
+        "NO. 105, JALAN S.T. SAMY, 41150 KLANG"
+
+
+def test_a_stop_after_a_house_number_with_its_letter_is_a_comma() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "LOT 12-A & 12-B. JALAN SATU,", "41150 KLANG"))
+    assert result["address"] == "LOT 12-A & 12-B, JALAN SATU, 41150 KLANG"
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO 31G. JALAN SATU,", "41150 KLANG"))
+    assert result["address"] == "NO 31G, JALAN SATU, 41150 KLANG"
+
+
+def test_a_misread_character_is_read_as_the_kind_of_token_it_is_in() -> None:
+    # A digit inside a word is the letter it looks like, a letter O among digits a zero,
+    # a floor's ordinal ends in D.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "3R0 FLOOR, NO 2O4, JALAN 8UNGA 5ARI,", "41150 KLANG",
+                          "TEL: 03-3359 1234"))
+    assert result["address"] == "3RD FLOOR, NO 204, JALAN BUNGA SARI, 41150 KLANG"
+    # In a word in lower case, the letter is in lower case but where it starts the word.
+    result = read(scanned("Maju Hardware Sdn Bhd", "No 7, Jalan 8unga, Taman Se5uria,", "41150 Klang"))
+    assert result["address"] == "No 7, Jalan Bunga, Taman Sesuria, 41150 Klang"
+    # A digit at the end of a word, or in a code of a few letters, is printed so, and so
+    # is a number glued between two words.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "Lot 3, Uptown5, Jalan USJ8A,", "47600 Subang Jaya"))
+    assert result["address"] == "Lot 3, Uptown5, Jalan USJ8A, 47600 Subang Jaya"
+    result = read(scanned("Maju Hardware Sdn Bhd", "Lot8Jalan Mawar,", "47600 Subang Jaya"))
+    assert result["address"] == "Lot8Jalan Mawar, 47600 Subang Jaya"
+
+
+def test_a_street_word_glued_to_the_name_after_it_is_set_off() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO 7, JALANKENARI 5, TAMANBUNGA RAYA,", "41150 KLANG"))
+    assert result["address"] == "NO 7, JALAN KENARI 5, TAMAN BUNGA RAYA, 41150 KLANG"
+    # A word that starts with one is not split.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO 7, JALANAN KENARI,", "41150 KLANG"))
+    assert result["address"] == "NO 7, JALANAN KENARI, 41150 KLANG"
+
+
+def test_a_place_word_misread_by_a_mark_or_a_confused_letter_is_mended() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO.12,JA:AN MAWAR 5, TANAN BUNGA,", "41150 KLANG SE_ANGOR",
+                          "TEL: 03-3359 1234"))
+    assert result["address"] == "NO.12,JALAN MAWAR 5, TAMAN BUNGA, 41150 KLANG SELANGOR"
+    # Another letter may be printed so: it stays.
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO.12, KAWASAN PARINDUSTRIAN MAJU,", "41150 KLANG"))
+    assert result["address"] == "NO.12, KAWASAN PARINDUSTRIAN MAJU, 41150 KLANG"
+
+
+def test_a_line_with_a_section_abbreviated_sek_is_the_address_not_the_name() -> None:
+    # The name is a logo OCR did not read: the address line is not taken for it.
+    result = read(scanned("Ref No: 0 00612345678901", "Pt12345 Sek U2, Shah Alam", "GST Reg No : 001951612345",
+                          "05/03/2018 11:43am", "MAJU DISHWASH 1L", "2 x 11.50   23.00"))
+    assert result["address"] == "Pt12345 Sek U2, Shah Alam"
+    assert result.get("company") != "Pt12345 Sek U2, Shah Alam"
+
+
+def test_a_branch_with_a_bracketed_code_above_the_address_is_not_part_of_it() -> None:
+    result = read(scanned("MAJU EKSKLUSIF SDN BHD (123456-D)", "Arrival Hall (K3)", "12 Jalan Laut", "Tanjung Bunga",
+                          "80300 Johor Bahru", "Tel: 07-2212 888"))
+    assert result["address"] == "12 Jalan Laut Tanjung Bunga 80300 Johor Bahru"
+
+
+def test_a_colon_ending_an_address_line_after_a_word_is_dropped() -> None:
+    result = read(scanned("MAJU HARDWARE SDN BHD", "NO. 5, JALAN BESAR, 45600 BATANG KALI:", "SELANGOR DARUL EHSAN",
+                          "TEL: 03-3359 1234"))
+    assert result["address"] == "NO. 5, JALAN BESAR, 45600 BATANG KALI SELANGOR DARUL EHSAN"
+
+
 def test_a_line_further_below_the_address_than_its_lines_are_apart_is_not_part_of_it() -> None:
     def line(text: str, top: float) -> Line:
         return Line((Word(text, 10.0, top, 300.0, top + 30.0, 0.95),))
