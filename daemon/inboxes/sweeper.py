@@ -3,12 +3,14 @@ the files it had not taken (issue #17).
 
     run_inboxes
     ├── notifications   inotify on the local folders (daemon.inboxes.watch): due at once
-    └── sweep loop      sleeps until the earliest due inbox, a notification, or a change
-                        made through the API in this process
+    └── sweep loop      sleeps until the earliest due inbox, a notification, a job ending,
+                        a change made through the API in this process, or the slow poll
+                        that sees the changes made through other processes
 
 An inbox is due `inboxes.interval` after its last sweep by any process (`last_swept_at`),
 at once when a notification names its folder, and again when one of its files settles
-(still being written when listed). Every process with workers sweeps; the database keeps
+(still being written when listed). A local folder is also swept when the process starts:
+what landed while nothing watched sent no notification. Every process with workers sweeps; the database keeps
 each file to one job (`daemon.storage.repos.inboxes.record_sweep`), and a process that
 lost the race deletes the blobs it copied.
 
@@ -45,6 +47,7 @@ from daemon.integrations.base import FileRef
 from daemon.integrations.google_drive import DriveSource
 from daemon.integrations.s3 import S3Source
 from daemon.integrations.sources import open_source
+from daemon.leasing import poll_interval
 from daemon.services import Services
 from daemon.storage.blobs import BlobStoreError
 from daemon.storage.repos import inboxes as repo
@@ -90,6 +93,10 @@ async def _read_notifications(watch: FolderWatch, notified: set[str], services: 
 async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: set[str]) -> None:
     # Inbox id → the time.time() one of its files settles: sweep it again then.
     settling: dict[str, float] = {}
+    # Files that landed while no process watched sent no notification: at start, every
+    # local folder is swept at once (a listing of a local folder is cheap; a remote one waits
+    # for its interval).
+    notified |= {inbox.id for inbox in await services.db.read(repo.active_inboxes) if inbox.kind == InboxKind.LOCAL}
     while not services.stopping.is_set():
         config = services.config.inboxes
         interval = float(config.interval_s)
@@ -97,8 +104,9 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
         if watch is not None:
             await _update_watches(watch, inboxes, config.local_root)
         now = utcnow()
-        # Look at the list again at least once an interval: inboxes made by other processes.
-        wake_at = now + dt.timedelta(seconds=interval)
+        # Inboxes made, resumed or deleted through another process are seen when the list is
+        # read again: within the slow poll of the other loops (2 s on PostgreSQL).
+        wake_at = now + dt.timedelta(seconds=min(interval, poll_interval(services.db.url.get_backend_name())))
         notified_now = set(notified)
         notified.clear()
         for inbox in inboxes:

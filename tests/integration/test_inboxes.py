@@ -2,7 +2,7 @@
 at most once, across restarts and processes. Runs on SQLite and PostgreSQL.
 
 "Another process" here is a second `Services` over the same database (its own engine and
-pool, its own sweeper and inotify watch); tests/e2e/test_inboxes.py runs real processes.
+pool, its own sweeper and inotify watch); tests/e2e/test_inbox_processes.py runs real processes.
 """
 
 from __future__ import annotations
