@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 import trio
-from integrations_helpers import create_s3, private_networks
+from fake_google import open_fake_google
+from integrations_helpers import connect_drive, create_s3, private_networks, with_google
 from jobs_helpers import (
     ERROR_KEYS,
     GARBAGE,
@@ -355,3 +356,35 @@ async def test_fifty_objects_under_an_s3_prefix_become_fifty_jobs_once(
     items = await services.db.read(lambda conn: conn.execute(sa.select(sa.func.count()).select_from(
         inbox_items)).scalar_one())
     assert items == 52
+
+
+# --- a Google Drive folder --------------------------------------------------------------------
+
+
+async def test_fifty_files_of_a_drive_folder_become_fifty_jobs_once(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services) -> None:
+    async with open_fake_google() as google:
+        with_google(services, google.url)
+        folder_id = google.add_folder("Scans")
+        files = [google.add_file(f"Scans/{i:03d}.txt", INVOICE_TXT) for i in range(50)]
+        google.add_file("Elsewhere/x.txt", INVOICE_TXT)
+        google.add_folder("Scans/sub")
+        integration = await connect_drive(client, alice, google)
+        inbox = await create_inbox(client, alice, kind="google-drive", schemaId=schema_id, folderId=folder_id,
+                                   integrationId=integration["id"])
+        assert inbox["folderId"] == folder_id and inbox["after"] == "keep"
+        async with open_services(services.config) as other, sweeping(services), sweeping(other):
+            await wait_for_jobs(services, 50)
+            await trio.sleep(0.5)
+        rows = await job_rows(services)
+        assert sorted(row.source["fileId"] for row in rows) == sorted(f.id for f in files)
+        assert {row.status for row in rows} == {"PENDING"}
+        # A new version of a file is a new file; the others are not taken again.
+        files[3].content, files[3].version = INVOICE_TXT + b"Note: v2\n", 2
+        for paused in (True, False):
+            await client.patch(f"/api/inboxes/{inbox['id']}", json={"paused": paused}, headers=alice)
+        async with sweeping(services):
+            rows = await wait_for_jobs(services, 51)
+            await trio.sleep(0.3)
+        assert len(await job_rows(services)) == 51
+        assert [row.source["fileId"] for row in rows].count(files[3].id) == 2
