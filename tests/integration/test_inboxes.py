@@ -388,3 +388,27 @@ async def test_fifty_files_of_a_drive_folder_become_fifty_jobs_once(
             await trio.sleep(0.3)
         assert len(await job_rows(services)) == 51
         assert [row.source["fileId"] for row in rows].count(files[3].id) == 2
+
+
+async def test_a_denied_s3_listing_is_reported_on_the_inbox_and_its_integration_takes_it_along(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services, s3_server: Any) -> None:
+    bucket = s3_server.new_bucket({"in/a.txt": INVOICE_TXT})
+    denied = await create_s3(client, alice, s3_server, bucket, credentials=s3_server.denied)
+    inbox = await create_inbox(client, alice, kind="s3", schemaId=schema_id, prefix="in/",
+                               integrationId=denied["id"])
+
+    async def inbox_now() -> dict[str, Any]:
+        r = await client.get(f"/api/inboxes/{inbox['id']}", headers=alice)
+        return await r.get_json()  # type: ignore[no-any-return]
+
+    async def failed() -> Any:
+        body = await inbox_now()
+        return body if body["lastError"] else None
+
+    async with sweeping(services):
+        body = await eventually(failed)
+    assert "AccessDenied" in body["lastError"] and body["lastSweptAt"] is not None
+    assert await job_rows(services) == []
+    # Deleting the integration deletes its inboxes.
+    assert (await client.delete(f"/api/integrations/{denied['id']}", headers=alice)).status_code == 204
+    assert (await client.get(f"/api/inboxes/{inbox['id']}", headers=alice)).status_code == 404
