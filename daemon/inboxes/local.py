@@ -33,11 +33,16 @@ class PathRefused(ValueError):
 
 
 def path_problems(relative: str) -> list[str]:
-    """What is wrong with `relative` as written (pure): empty, NUL bytes, absolute, `..`."""
+    """What is wrong with `relative` as written (pure): empty, NUL bytes, lone surrogates,
+    absolute, `..`."""
     if not relative.strip():
         return ["path should not be empty"]
     if "\0" in relative:
         return ["path must not contain NUL bytes"]
+    try:
+        relative.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from JSON's \ud800: no file name has one
+        return ["path must be valid Unicode text"]
     if relative.startswith(("/", "\\")) or os.path.isabs(relative):
         return ["path must be relative to inboxes.local_root, not absolute"]
     if ".." in relative.replace("\\", "/").split("/"):

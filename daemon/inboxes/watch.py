@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 _IN_ATTRIB = 0x00000004
 _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
+_IN_Q_OVERFLOW = 0x00004000  # events were lost (wd -1): every folder may have news
+_IN_IGNORED = 0x00008000  # the watch is gone (its folder deleted or moved away)
 _IN_ONLYDIR = 0x01000000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
@@ -92,9 +94,17 @@ class FolderWatch:
             woken: set[str] = set()
             offset = 0
             while offset + _EVENT.size <= len(data):
-                wd, _mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
                 offset += _EVENT.size + length
+                if mask & _IN_Q_OVERFLOW:
+                    woken |= self.watched()
+                    continue
                 woken |= self._inboxes.get(wd, set())
+                if mask & _IN_IGNORED:
+                    # Forget the dead watch: the sweep reports the folder gone, and a folder
+                    # made again at the path is watched anew when the list is next read.
+                    for inbox_id in self._inboxes.pop(wd, set()):
+                        self._watching.pop(inbox_id, None)
             if woken:
                 return woken
 

@@ -173,6 +173,7 @@ async def test_a_user_may_not_watch_a_folder_on_the_server(client: Any, alice: d
     ("/etc", "path must be relative to inboxes.local_root, not absolute"),
     # Refused before the route sees it, for any JSON body (resolve_folder would refuse it too).
     ("scans\u0000x", "request body must not contain NUL characters (\\u0000)"),
+    ("scans\ud800", "request body is not valid JSON: it has an unpaired surrogate escape"),
     ("", "path should not be empty"),
     ("link-out", "path must name a folder inside inboxes.local_root"),
     ("missing", "path 'missing' is not an existing folder under inboxes.local_root"),

@@ -79,3 +79,23 @@ async def test_inotify_names_the_inboxes_whose_folder_got_a_file(tmp_path: Path)
         assert watch.watched() == {"inbox-a2", "inbox-b"}
     finally:
         watch.close()
+
+
+async def test_a_watched_folder_removed_is_forgotten_and_watched_again_once_made_again(tmp_path: Path) -> None:
+    watch = open_watch()
+    assert watch is not None
+    try:
+        folder = tmp_path / "scans"
+        folder.mkdir()
+        assert watch.watch("inbox", str(folder))
+        folder.rmdir()
+        with trio.fail_after(2):
+            assert await watch.wait() == {"inbox"}
+        assert watch.watched() == set()
+        folder.mkdir()
+        assert watch.watch("inbox", str(folder))
+        (folder / "x.txt").write_text("x")
+        with trio.fail_after(2):
+            assert await watch.wait() == {"inbox"}
+    finally:
+        watch.close()

@@ -23,6 +23,8 @@ from daemon.inboxes.models import Candidate, identity, next_sweep_at, settled_fo
     ("/etc", ["path must be relative to inboxes.local_root, not absolute"]),
     ("\\etc", ["path must be relative to inboxes.local_root, not absolute"]),
     ("a\0b", ["path must not contain NUL bytes"]),
+    ("a\ud800", ["path must be valid Unicode text"]),
+    ("a\udcff", ["path must be valid Unicode text"]),
 ])
 def test_path_rules(path: str, problems: list[str]) -> None:
     assert path_problems(path) == problems
