@@ -24,6 +24,7 @@ import datetime as dt
 import functools
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import trio
@@ -59,6 +60,9 @@ log = logging.getLogger(__name__)
 
 # At most this many files become one run; a sweep that found more sweeps again at once.
 MAX_FILES_PER_SWEEP = 1000
+# After a job ended, wait this long for more before moving files aside: workers ending jobs
+# in a burst make one pass over the inboxes, not one each.
+_JOB_ENDS_GATHER_S = 0.5
 # Remote listings stop here (each sweep lists the whole prefix or folder again).
 MAX_LISTED = 10_000
 
@@ -109,27 +113,39 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
         wake_at = now + dt.timedelta(seconds=min(interval, poll_interval(services.db.url.get_backend_name())))
         notified_now = set(notified)
         notified.clear()
+        moving = False
         for inbox in inboxes:
-            if inbox.kind == InboxKind.LOCAL and inbox.after == After.MOVE:
-                await _settle_quietly(services, inbox)
             due = next_sweep_at(inbox.last_swept_at, interval, now)
             settles = settling.get(inbox.id)
-            if inbox.id in notified_now or due <= now or (settles is not None and settles <= time.time()):
-                settling.pop(inbox.id, None)
-                try:
+            sweep = inbox.id in notified_now or due <= now or (settles is not None and settles <= time.time())
+            try:
+                if inbox.kind == InboxKind.LOCAL and inbox.after == After.MOVE:
+                    moving = True
+                    await _settle_quietly(services, inbox)
+                if sweep:
+                    settling.pop(inbox.id, None)
                     again = await _sweep(services, inbox)
-                except Exception:  # the database failed: log it, keep the other inboxes going
-                    log.exception("inbox sweep failed", extra={"action": "inbox.sweep_error", "inbox_id": inbox.id})
-                    again = None
-                if again is not None:
-                    settling[inbox.id] = again
+                    if again is not None:
+                        settling[inbox.id] = again
+            except Exception:  # the database failed: log it, keep the other inboxes going
+                log.exception("inbox sweep failed", extra={"action": "inbox.sweep_error", "inbox_id": inbox.id})
+            if sweep:
                 due = utcnow() + dt.timedelta(seconds=interval)
             wake_at = min(wake_at, due)
             if inbox.id in settling:
                 wake_at = min(wake_at, dt.datetime.fromtimestamp(settling[inbox.id], dt.UTC))
         delay = max(0.0, (wake_at - utcnow()).total_seconds())
-        await wait_any(functools.partial(services.inboxes_changed.sleep, delay),
-                       functools.partial(services.db.jobs_ended.sleep, delay), services.stopping.wait)
+        waits: list[Callable[[], Awaitable[object]]] = [
+            functools.partial(services.inboxes_changed.sleep, delay), services.stopping.wait]
+        if moving:  # a job ending may let a file move aside
+            waits.append(functools.partial(_job_ended, services, delay))
+        await wait_any(*waits)
+
+
+async def _job_ended(services: Services, delay: float) -> None:
+    """Return when a job ended (or after `delay`); a burst of job ends is one pass, not one each."""
+    if await services.db.jobs_ended.sleep(delay):
+        await trio.sleep(_JOB_ENDS_GATHER_S)
 
 
 async def _update_watches(watch: FolderWatch, inboxes: list[Inbox], root: str) -> None:
