@@ -413,3 +413,28 @@ async def test_a_denied_s3_listing_is_reported_on_the_inbox_and_its_integration_
     # Deleting the integration deletes its inboxes.
     assert (await client.delete(f"/api/integrations/{denied['id']}", headers=alice)).status_code == 204
     assert (await client.get(f"/api/inboxes/{inbox['id']}", headers=alice)).status_code == 404
+
+
+async def test_a_disabled_account_or_a_demoted_admins_folder_takes_nothing(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services, root: Path) -> None:
+    others = {}
+    for name in ("bob", "carol"):
+        auth = await register(client, f"{name}@example.com")
+        user_id = (await (await client.get("/api/auth/me", headers=auth)).get_json())["id"]
+        r = await client.patch(f"/api/admin/users/{user_id}", json={"role": "ADMIN"}, headers=alice)
+        assert r.status_code == 200
+        (root / name).mkdir()
+        await create_inbox(client, auth, kind="local", schemaId=await create_schema(client, auth), path=name)
+        others[name] = user_id
+    await create_inbox(client, alice, kind="local", schemaId=schema_id, path="scans")
+    r = await client.patch(f"/api/admin/users/{others['bob']}", json={"role": "USER"}, headers=alice)
+    assert r.status_code == 200
+    r = await client.patch(f"/api/admin/users/{others['carol']}", json={"disabled": True}, headers=alice)
+    assert r.status_code == 200
+    drop(root / "bob", 2, "bob")
+    drop(root / "carol", 2, "carol")
+    drop(root / "scans", 1, "alice")
+    async with sweeping(services):
+        await wait_for_jobs(services, 1)
+        await trio.sleep(0.5)
+    assert [row.file_name for row in await job_rows(services)] == ["alice-000.txt"]

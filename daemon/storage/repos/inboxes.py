@@ -24,8 +24,9 @@ from daemon.jobs.models import JobStatus
 from daemon.storage.database import lock_rows
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
+from daemon.storage.repos.accounts import Role
 from daemon.storage.repos.jobs import NewJob, create_run
-from daemon.storage.tables import inbox_items, inboxes, jobs, schemas
+from daemon.storage.tables import inbox_items, inboxes, jobs, schemas, users
 
 # Identities per IN (...) query: well under SQLite's 32,766 bound parameters.
 _CHUNK = 500
@@ -82,9 +83,16 @@ def delete_inbox(conn: Connection, user_id: str, inbox_id: str) -> None:
 
 
 def active_inboxes(conn: Connection) -> list[Inbox]:
-    """Every inbox not paused, of every user: what the sweeper watches."""
-    rows = conn.execute(sa.select(inboxes).where(inboxes.c.paused.is_(False)).order_by(inboxes.c.id))
-    return [Inbox.from_row(row) for row in rows]
+    """The inboxes the sweeper watches: not paused, of an account not disabled, and, for a
+    local folder, of an account that is still an ADMIN (a demoted admin's folders rest)."""
+    query = (
+        sa.select(inboxes)
+        .join(users, users.c.id == inboxes.c.user_id)
+        .where(inboxes.c.paused.is_(False), users.c.disabled.is_(False),
+               sa.or_(inboxes.c.kind != InboxKind.LOCAL, users.c.role == Role.ADMIN))
+        .order_by(inboxes.c.id)
+    )
+    return [Inbox.from_row(row) for row in conn.execute(query)]
 
 
 def taken_identities(conn: Connection, inbox_id: str, identities: list[str]) -> set[str]:
