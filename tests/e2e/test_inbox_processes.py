@@ -68,6 +68,7 @@ async def test_fifty_files_become_fifty_jobs_once_though_a_sweeper_is_killed(
         await wait_for_jobs(api, 20)
         # The rest arrive while a sweeping process dies without a word, mid-sweep or not.
         victim = sweepers[-1]
+        everyone = [*sweepers]
         drop(folder, names[20:35])
         victim.signal(signal.SIGKILL)
         assert await victim.wait_exit() == -signal.SIGKILL
@@ -75,6 +76,7 @@ async def test_fifty_files_become_fifty_jobs_once_though_a_sweeper_is_killed(
         if postgres:
             await wait_for_jobs(api, FILES)  # the other worker process takes them meanwhile
         restarted = start_daemon(*victim.args[1:-2], env=env)  # the same role, on a new port
+        everyone.append(restarted)
         if postgres:
             await restarted.wait_for("service.ready", timeout=STARTUP)
             sweepers[-1] = restarted
@@ -99,7 +101,11 @@ async def test_fifty_files_become_fifty_jobs_once_though_a_sweeper_is_killed(
         drop(folder, ["late.txt"])
         await wait_for_jobs(api, FILES + 1, timeout=10)
         latency = time.monotonic() - started
-        print(f"\n{FILES} files → {FILES} jobs across {len(sweepers)} sweeping process(es) and a SIGKILL; "
+        # Who took what, from each process's log (the killed one's included): every file once in all.
+        split = [sum(r.get("taken", 0) for r in d.records if r.get("action") == "inbox.swept") for d in everyone]
+        assert sum(split) == FILES + 1, split
+        print(f"\n{FILES} files → {FILES} jobs across {len(sweepers)} sweeping process(es) and a SIGKILL "
+              f"(taken per process in start order, the killed one last but one: {split}); "
               f"a later file taken after {latency * 1000:.0f} ms (settle 100 ms, interval 60 s)")
         assert latency < 3.0
 
