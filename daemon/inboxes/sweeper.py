@@ -106,7 +106,8 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
         interval = float(config.interval_s)
         inboxes = await services.db.read(repo.active_inboxes)
         if watch is not None:
-            await _update_watches(watch, inboxes, config.local_root)
+            # A folder watched only now may have had files before: no notification came for them.
+            notified |= await _update_watches(watch, inboxes, config.local_root)
         now = utcnow()
         # Inboxes made, resumed or deleted through another process are seen when the list is
         # read again: within the slow poll of the other loops (2 s on PostgreSQL).
@@ -148,7 +149,8 @@ async def _job_ended(services: Services, delay: float) -> None:
         await trio.sleep(_JOB_ENDS_GATHER_S)
 
 
-async def _update_watches(watch: FolderWatch, inboxes: list[Inbox], root: str) -> None:
+async def _update_watches(watch: FolderWatch, inboxes: list[Inbox], root: str) -> set[str]:
+    """Watch the folders of the local inboxes, and only those; the inboxes watched anew."""
     wanted: dict[str, str] = {}
     for inbox in inboxes:
         if inbox.kind != InboxKind.LOCAL:
@@ -157,10 +159,10 @@ async def _update_watches(watch: FolderWatch, inboxes: list[Inbox], root: str) -
             wanted[inbox.id] = str(await trio.to_thread.run_sync(local.resolve_folder, root, inbox.path))
         except local.PathRefused:
             continue
-    for inbox_id in watch.watched() - set(wanted):
+    before = watch.watched()
+    for inbox_id in before - set(wanted):
         watch.unwatch(inbox_id)
-    for inbox_id, folder in wanted.items():
-        watch.watch(inbox_id, folder)
+    return {inbox_id for inbox_id, folder in wanted.items() if watch.watch(inbox_id, folder)} - before
 
 
 async def _sweep(services: Services, inbox: Inbox) -> float | None:
