@@ -203,6 +203,17 @@ class ReviewConfig:
     confidence_threshold: float = _setting(0.9, doc="GET /api/jobs?review=pending: a value under it needs a person")
 
 
+@dataclass(frozen=True)
+class InboxesConfig:
+    """Watched inboxes (README "Watched inboxes"): folders whose new files become jobs."""
+
+    local_root: str = _setting("", doc="local folders of inboxes (admins only) lie under it; empty: none allowed")
+    interval_s: int = _setting(30, doc="how often each inbox is listed (a local folder is also woken by inotify)")
+    # A file still being written is not taken: its mtime must be this old (a copy in progress
+    # keeps moving it). Writers that rename a finished file into place lose nothing by it.
+    settle_ms: int = _setting(500, doc="a local file is taken once unchanged for this long")
+
+
 OCR_ENGINES = ("rapidocr", "tesseract")
 # Extractors a schema (its x-docex-provider) or extraction.provider may name.
 PROVIDERS = ("rules", "openai", "anthropic")
@@ -246,6 +257,7 @@ class Config:
     google: GoogleConfig = field(default_factory=GoogleConfig)
     integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)
     review: ReviewConfig = field(default_factory=ReviewConfig)
+    inboxes: InboxesConfig = field(default_factory=InboxesConfig)
 
     @property
     def data_path(self) -> Path:
@@ -538,6 +550,9 @@ def _validate(c: Config) -> list[str]:
     check(c.database.pool_size >= 1, "database.pool_size: must be at least 1")
     check(0 <= c.review.confidence_threshold <= 1,
           f"review.confidence_threshold: must be 0-1 (got {c.review.confidence_threshold:g})")
+    check(c.inboxes.interval_s >= 1, "inboxes.interval: must be at least 1s")
+    check(not c.inboxes.local_root or os.path.isabs(c.inboxes.local_root),
+          f"inboxes.local_root: must be an absolute path (got {c.inboxes.local_root!r})")
     check(c.auth.registration in {"open", "closed"},
           f"auth.registration: must be open or closed (got {c.auth.registration!r})")
     check(4 <= c.auth.bcrypt_rounds <= 16, "auth.bcrypt_rounds: must be 4-16")

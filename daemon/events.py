@@ -22,6 +22,9 @@ CATALOG: dict[str, str] = {
     "job_run.progress": "A job of the batch run ended; counts are updated (at most once a second per run).",
     "job_run.completed": "Every job of the batch run ended and none failed.",
     "job_run.failed": "Every job of the batch run ended and at least one failed.",
+    "inbox.swept": "A watched inbox took new files: data.taken lists each file's name and jobId (the jobs of "
+                   "one batch run, data.jobRunId), data.refused the files it will not take and why (too large, "
+                   "unsupported type); data.inbox is the inbox.",
     "webhook.ping": "A test event sent by POST /api/webhooks/:id/test.",
     "webhook.send": "A manual event sent by POST /api/webhooks/:id/send (the default type).",
 }

@@ -7,7 +7,8 @@
     └── work nursery          drained on shutdown, with a deadline
         ├── hypercorn         (api roles) stops accepting, finishes in-flight requests
         ├── extraction workers(worker roles) stop claiming, finish or release their jobs
-        └── webhook dispatcher(worker roles) stops claiming, finishes in-flight sends
+        ├── webhook dispatcher(worker roles) stops claiming, finishes in-flight sends
+        └── inbox sweeper     (worker roles) stops sweeping; a sweep cut short takes nothing
 
 Shutdown policy: a signal sets `services.stopping`; every drainable part stops
 taking work; the work nursery gets `server.grace_period` to empty, after which
@@ -29,6 +30,7 @@ from daemon.config import Config, hot_reload, load_config, with_dev_secrets
 from daemon.errors import ConfigError
 from daemon.extraction.pipeline import warn_if_ocr_missing
 from daemon.http.server import run_http
+from daemon.inboxes.sweeper import run_inboxes
 from daemon.jobs.pool import run_reaper, run_workers
 from daemon.logs import set_level
 from daemon.services import ProcessRole, Services, open_services
@@ -86,6 +88,7 @@ async def _run_work(services: Services, notifier: Notifier) -> None:
         if services.role.runs_workers:
             await work.start(run_workers, services)
             await work.start(run_dispatcher, services)
+            await work.start(run_inboxes, services)
         # What start-up allocated lives as long as the process: take it out of the
         # collector's sight, so full collections stay short while serving. (No collection
         # first: it took ~45 ms of a ~1 s start to find the little start-up garbage there is.)

@@ -21,6 +21,7 @@ from daemon.config import Config
 from daemon.metrics import Metrics
 from daemon.storage.blobs import BlobStore, LocalBlobStore
 from daemon.storage.database import Database
+from daemon.wakeup import Wakeup
 
 
 class ProcessRole(StrEnum):
@@ -52,6 +53,8 @@ class Services:
     reload_hooks: list[ReloadHook] = field(default_factory=list)
     # Set once on SIGTERM/SIGINT: stop taking new work, finish what is in hand.
     stopping: trio.Event = field(default_factory=trio.Event)
+    # Set when an inbox is created, resumed or deleted here: the sweeper looks again at once.
+    inboxes_changed: Wakeup = field(default_factory=Wakeup)
     _ai_client: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     def ai_client(self) -> httpx.AsyncClient:

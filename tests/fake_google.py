@@ -46,9 +46,11 @@ class DriveFile:
     content: bytes = b""
     trashed: bool = False
     exports: dict[str, bytes] = field(default_factory=dict)
+    version: int = 1  # Drive's own: it grows with every change to the file
 
     def meta(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"id": self.id, "name": self.name, "mimeType": self.mime_type, "trashed": self.trashed}
+        out: dict[str, Any] = {"id": self.id, "name": self.name, "mimeType": self.mime_type, "trashed": self.trashed,
+                               "version": str(self.version)}
         if not self.mime_type.startswith("application/vnd.google-apps."):
             out["size"] = str(len(self.content))
         return out

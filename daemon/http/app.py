@@ -15,7 +15,20 @@ from quart_trio import QuartTrio
 
 from daemon import __version__
 from daemon.auth.guard import install_guard
-from daemon.http import admin, auth, console, docs, exports, integrations, job_pages, jobs, ops, schemas, webhooks
+from daemon.http import (
+    admin,
+    auth,
+    console,
+    docs,
+    exports,
+    inboxes,
+    integrations,
+    job_pages,
+    jobs,
+    ops,
+    schemas,
+    webhooks,
+)
 from daemon.http.errors import install_error_handlers
 from daemon.http.openapi import DocexOpenAPI
 from daemon.http.ops import refresh_job_gauges
@@ -57,8 +70,8 @@ def create_app(services: Services) -> QuartTrio:
     refuse_unusable_requests(app)  # after the guard: no credentials is a 401 whatever the path
     services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
     for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, job_pages.blueprint,
-                      schemas.blueprint, webhooks.blueprint, integrations.blueprint, docs.blueprint,
-                      console.blueprint, exports.blueprint):
+                      schemas.blueprint, webhooks.blueprint, integrations.blueprint, inboxes.blueprint,
+                      docs.blueprint, console.blueprint, exports.blueprint):
         app.register_blueprint(blueprint)
     return app
 

@@ -85,6 +85,9 @@ class RemoteEntry:
     ref: FileRef
     name: str
     size: int | None
+    # What changes when the file does (S3: the ETag; Drive: the file's version), for inboxes
+    # that take each version of a file once.
+    version: str | None = None
 
 
 @dataclass

@@ -18,6 +18,7 @@ transient (Google answers rate limits with 403 too, told apart by their `reason`
 
 from __future__ import annotations
 
+import builtins
 import json
 import logging
 import posixpath
@@ -50,7 +51,7 @@ EXPORTS = {
     "application/vnd.google-apps.drawing": (filetypes.PDF, ".pdf"),
 }
 CHUNK_BYTES = 256 * 1024
-_FILE_FIELDS = "id,name,mimeType,size,trashed"
+_FILE_FIELDS = "id,name,mimeType,size,trashed,version"
 _RATE_LIMITED = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED", "quotaExceeded",
                            "dailyLimitExceeded", "backendError", "sharingRateLimitExceeded"})
 _NO_SCOPE = frozenset({"insufficientPermissions", "ACCESS_TOKEN_SCOPE_INSUFFICIENT", "insufficientScopes"})
@@ -248,7 +249,10 @@ class DriveSource:
     async def list(self, folder: str, *, limit: int) -> list[RemoteEntry]:
         """The files directly in the folder `folder` (a path of names; sub-folders and
         Google formats without an export are skipped)."""
-        parent = await self._folder_id(folder)
+        return await self.list_in(await self._folder_id(folder), f"folder {folder!r}", limit=limit)
+
+    async def list_in(self, parent: str, what: str, *, limit: int) -> builtins.list[RemoteEntry]:
+        """`list` for the folder whose id is `parent` (`what` names it in errors)."""
         query = f"'{_quote(parent)}' in parents and trashed = false and mimeType != '{FOLDER}'"
         found: list[RemoteEntry] = []
         token: str | None = None
@@ -257,13 +261,14 @@ class DriveSource:
                       "supportsAllDrives": "true", "includeItemsFromAllDrives": "true"}
             if token:
                 params["pageToken"] = token
-            page = await self._json("/files", params, f"folder {folder!r}")
+            page = await self._json("/files", params, what)
             for item in page.get("files", []):
                 mime = str(item.get("mimeType", ""))
                 if mime.startswith("application/vnd.google-apps.") and mime not in EXPORTS:
                     continue
                 size = int(item["size"]) if str(item.get("size", "")).isdigit() else None
-                found.append(RemoteEntry(FileRef(file_id=str(item["id"])), str(item.get("name", "")), size))
+                found.append(RemoteEntry(FileRef(file_id=str(item["id"])), str(item.get("name", "")), size,
+                                         version=str(item["version"]) if item.get("version") else None))
             token = page.get("nextPageToken")
             if not token:
                 break

@@ -214,7 +214,8 @@ class S3Source:
                 if key.endswith("/"):
                     continue
                 relative = key[len(base):]
-                found.append(RemoteEntry(FileRef(key=relative), posixpath.basename(key), int(item.get("Size", 0))))
+                found.append(RemoteEntry(FileRef(key=relative), posixpath.basename(key), int(item.get("Size", 0)),
+                                         version=str(item.get("ETag") or "") or None))
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 break

@@ -46,6 +46,7 @@ class Wake(enum.Flag):
     NONE = 0
     WORKERS = enum.auto()  # a job became claimable (or its due time moved)
     DISPATCHER = enum.auto()  # a webhook delivery became due (or its due time moved)
+    JOB_ENDED = enum.auto()  # a job ended: an inbox may move its file into done/ or failed/
 
 
 def wake_after_commit(conn: Connection, wake: Wake) -> None:
@@ -107,6 +108,8 @@ class Database:
         self.jobs_due = Wakeup()
         # Set after a commit that made a delivery due: the dispatcher sends it at once.
         self.deliveries_due = Wakeup()
+        # Set after a commit that ended a job: the inbox sweeper moves its file aside.
+        self.jobs_ended = Wakeup()
 
     def _create_engine(self, pool_size: int, busy_timeout_ms: int) -> Engine:
         if self.is_postgres:
@@ -178,6 +181,8 @@ class Database:
             self.jobs_due.set()
         if Wake.DISPATCHER in wake:
             self.deliveries_due.set()
+        if Wake.JOB_ENDED in wake:
+            self.jobs_ended.set()
         return result
 
     async def ping(self) -> None:

@@ -304,3 +304,46 @@ integrations = sa.Table(
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
 )
+
+
+# --- watched inboxes (issue #17) --------------------------------------------------------
+
+# A folder whose new files become jobs: a local folder under inboxes.local_root (`path`
+# relative to it), an S3 prefix or a Google Drive folder of an integration. Each sweep
+# lists it and makes one batch run of what it had not taken yet.
+inboxes = sa.Table(
+    "inboxes",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    _id("schema_id", nullable=False),
+    sa.Column("kind", sa.String(20), nullable=False),  # local | s3 | google-drive
+    _id("integration_id", sa.ForeignKey("integrations.id", ondelete="CASCADE")),
+    # local: a folder relative to inboxes.local_root; s3: a key prefix; google-drive: a folder path.
+    sa.Column("path", sa.String(1024), nullable=False),
+    sa.Column("after", sa.String(10), nullable=False),  # local files once taken: move | keep
+    sa.Column("paused", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    sa.Column("updated_at", UTCDateTime, nullable=False),
+    sa.Column("last_swept_at", UTCDateTime),
+    sa.Column("last_error", sa.Text),
+    sa.Index("ix_inboxes_user", "user_id", "id"),
+)
+
+# What an inbox took, by the file's identity (local: path, size and mtime; S3: key and
+# ETag; Drive: file id and version). The unique pair is what makes a file a job at most
+# once across sweeps, restarts and processes: a sweep inserts the identities and makes jobs
+# only of the rows it inserted, in one transaction. `job_id` is NULL for a file refused
+# (unsupported type, too large); `settled_at` is when a local file was moved after its job ended.
+inbox_items = sa.Table(
+    "inbox_items",
+    metadata,
+    _id("inbox_id", sa.ForeignKey("inboxes.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("identity", sa.String(64), primary_key=True),  # sha256 of the identity's parts
+    sa.Column("name", sa.String(1024), nullable=False),
+    _id("job_id", sa.ForeignKey("jobs.id", ondelete="SET NULL")),
+    sa.Column("error", sa.Text),
+    sa.Column("taken_at", UTCDateTime, nullable=False),
+    sa.Column("settled_at", UTCDateTime),
+    sa.Index("ix_inbox_items_job_id", "job_id"),
+)

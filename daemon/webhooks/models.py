@@ -118,6 +118,15 @@ EXAMPLES: Final[dict[str, dict[str, Any]]] = {
     "job_run.progress": {"jobRun": _run("RUNNING", queued=1, running=1, completed=1)},
     "job_run.completed": {"jobRun": _run("COMPLETED", completed=3)},
     "job_run.failed": {"jobRun": _run("FAILED", completed=2, failed=1)},
+    "inbox.swept": {
+        "inbox": {"id": "01jd3m6b2c4d6e8f0g2h4j6k8m", "kind": "local", "schemaId": _SCHEMA_ID, "integrationId": None,
+                  "path": "scans/invoices", "prefix": None, "folderId": None, "after": "move", "paused": False,
+                  "createdAt": _AT, "updatedAt": _AT, "lastSweptAt": "2026-01-15T09:30:00.000Z", "lastError": None},
+        "jobRunId": _RUN_ID,
+        "taken": [{"name": "invoice-2026-001.pdf", "jobId": _JOB_ID}],
+        "refused": [{"name": "notes.odt", "reason": "Unsupported file type: notes.odt (accepted: PDF, PNG, JPEG, "
+                                                    "TIFF, WEBP, DOCX, XLSX, CSV, TXT, HTML)"}],
+    },
     PING: {"endpointId": "01jd3m2a4c6e8g0j2m4p6r8t0v", "message": "ping"},
     SEND: {"orderId": "A-1001", "note": "whatever the sender gave as data"},
 }

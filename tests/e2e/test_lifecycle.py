@@ -356,7 +356,7 @@ async def test_ready_with_every_part_running(start_daemon) -> None:
     r = await d.get("/api/ready")
     body = r.json()
     assert r.status_code == 200 and body["status"] == "ready", body
-    for check in ("database", "migrations", "workers", "dispatcher"):
+    for check in ("database", "migrations", "workers", "dispatcher", "inboxes"):
         assert body["checks"][check] == "ok", body
     assert set(body["checks"].values()) == {"ok"}
     await d.stop()

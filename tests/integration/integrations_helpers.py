@@ -4,7 +4,10 @@ moto server, jobs from sources, and the services' configuration for Google."""
 from __future__ import annotations
 
 import dataclasses
+import urllib.parse
 from typing import Any
+
+from fake_google import DRIVE_SCOPE
 
 from daemon.config import Config, Secret
 from daemon.services import Services
@@ -73,3 +76,26 @@ def private_networks(config: Config, allowed: bool = True) -> Config:
     loopback, so the modules that use them turn it on in their `config` fixture."""
     return dataclasses.replace(config, integrations=dataclasses.replace(
         config.integrations, allow_private_networks=allowed))
+
+
+CALLBACK = "/api/integrations/google-drive/callback"
+
+
+async def drive_callback(client: Any, **params: str) -> tuple[int, str]:
+    """Google's redirect to the callback after consent: its status and HTML page."""
+    r = await client.get(f"{CALLBACK}?{urllib.parse.urlencode(params)}")  # no Authorization: public
+    assert r.headers["Content-Type"].startswith("text/html")
+    assert r.headers["Cache-Control"] == "no-store"
+    return r.status_code, (await r.get_data()).decode()
+
+
+async def connect_drive(client: Any, auth: dict[str, str], google: Any, scope: str = DRIVE_SCOPE) -> dict[str, Any]:
+    """A Google Drive integration of the caller on the fake `google`, through the whole consent flow."""
+    r = await client.post("/api/integrations", json={"provider": "google-drive", "name": "Drive"}, headers=auth)
+    created = await r.get_json()
+    assert r.status_code == 201, created
+    code, state = google.consent(created["authorizationUrl"], scope)
+    status, page = await drive_callback(client, code=code, state=state)
+    assert status == 200, page
+    r = await client.get(f"/api/integrations/{created['id']}", headers=auth)
+    return await r.get_json()  # type: ignore[no-any-return]

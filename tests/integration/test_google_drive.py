@@ -17,7 +17,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from fake_google import DRIVE_SCOPE, FakeGoogle, google_error, open_fake_google
+from fake_google import FakeGoogle, google_error, open_fake_google
+from integrations_helpers import connect_drive as connect
+from integrations_helpers import drive_callback as _callback
 from integrations_helpers import post_source_job, post_source_run, with_google, with_retry_backoff
 from jobs_helpers import (
     INVOICE_RESULT,
@@ -38,7 +40,6 @@ from daemon.integrations.sealing import open_secrets, seal_secrets
 from daemon.storage.tables import integrations
 
 DONE = ("COMPLETED", "FAILED", "CANCELLED")
-CALLBACK = "/api/integrations/google-drive/callback"
 PDF = "application/pdf"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 
@@ -53,25 +54,6 @@ async def google(services: Any) -> AsyncIterator[FakeGoogle]:
 
 def _state_of(authorization_url: str) -> str:
     return dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(authorization_url).query))["state"]
-
-
-async def _callback(client: Any, **params: str) -> tuple[int, str]:
-    r = await client.get(f"{CALLBACK}?{urllib.parse.urlencode(params)}")  # no Authorization: public
-    assert r.headers["Content-Type"].startswith("text/html")
-    assert r.headers["Cache-Control"] == "no-store"
-    return r.status_code, (await r.get_data()).decode()
-
-
-async def connect(client: Any, auth: dict[str, str], google: FakeGoogle, scope: str = DRIVE_SCOPE) -> dict[str, Any]:
-    """A Google Drive integration, through the whole consent flow."""
-    r = await client.post("/api/integrations", json={"provider": "google-drive", "name": "Drive"}, headers=auth)
-    created = await r.get_json()
-    assert r.status_code == 201, created
-    code, state = google.consent(created["authorizationUrl"], scope)
-    status, page = await _callback(client, code=code, state=state)
-    assert status == 200, page
-    r = await client.get(f"/api/integrations/{created['id']}", headers=auth)
-    return await r.get_json()  # type: ignore[no-any-return]
 
 
 def invoice_pdf() -> bytes:

@@ -253,11 +253,11 @@ async def test_disable_and_re_enable_by_patch(client: Any, services: Any, alice:
 # --- the event catalog -----------------------------------------------------------------------
 
 
-async def test_the_catalog_lists_all_twelve_types_with_description_and_example(client: Any,
+async def test_the_catalog_lists_all_thirteen_types_with_description_and_example(client: Any,
                                                                               alice: dict[str, str]) -> None:
     body = await call(client, "get", "/api/webhooks/event-catalog", alice, 200)
     assert body["nextCursor"] is None
-    assert [e["type"] for e in body["data"]] == list(CATALOG) and len(body["data"]) == 12
+    assert [e["type"] for e in body["data"]] == list(CATALOG) and len(body["data"]) == 13
     for entry in body["data"]:
         assert set(entry) == {"type", "description", "example"} and entry["description"]
         assert isinstance(entry["example"], dict) and entry["example"]

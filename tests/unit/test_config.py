@@ -183,3 +183,16 @@ def test_the_review_threshold_is_a_number_from_0_to_1(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as bad:
         load_config(environ={"DOCEX_REVIEW_CONFIDENCE_THRESHOLD": "1.5"})
     assert bad.value.problems == ["review.confidence_threshold: must be 0-1 (got 1.5)"]
+
+
+def test_the_inboxes_settings(tmp_path: Path) -> None:
+    default = load_config(environ={}).inboxes
+    assert (default.local_root, default.interval_s, default.settle_ms) == ("", 30, 500)
+    path = write(tmp_path, f'[inboxes]\nlocal_root = "{tmp_path}"\ninterval = "2m"\nsettle = "1s"\n')
+    loaded = load_config(path, environ={}).inboxes
+    assert (loaded.local_root, loaded.interval_s, loaded.settle_ms) == (str(tmp_path), 120, 1000)
+    assert load_config(environ={"DOCEX_INBOXES_INTERVAL": "5s"}).inboxes.interval_s == 5
+    with pytest.raises(ConfigError) as bad:
+        load_config(environ={"DOCEX_INBOXES_LOCAL_ROOT": "scans", "DOCEX_INBOXES_INTERVAL": "0s"})
+    assert bad.value.problems == ["inboxes.interval: must be at least 1s",
+                                  "inboxes.local_root: must be an absolute path (got 'scans')"]

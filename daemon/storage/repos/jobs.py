@@ -608,6 +608,7 @@ def cancel_run(conn: Connection, user_id: str, run_id: str, now: dt.datetime) ->
 
 
 def _job_ended(conn: Connection, job: Job, now: dt.datetime) -> None:
+    wake_after_commit(conn, Wake.JOB_ENDED)
     if job.job_run_id:
         _settle_run(conn, job.job_run_id, now)
 

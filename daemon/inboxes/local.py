@@ -1,0 +1,172 @@
+"""Local folders of inboxes: where a folder may be, what is in it, copying a file into the
+blob store, and moving it aside once its job ended.
+
+A folder is `inboxes.local_root` joined with the path an admin gave; it must resolve,
+symlinks followed, inside the root (`resolve_folder`), at creation and again at every
+sweep (a symlink swapped since must not lead out). Inside the folder only regular files
+are taken: symlinks, sub-folders (done/, failed/ among them) and dot-files are not.
+
+Blocking functions say so: run them with `trio.to_thread.run_sync`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from daemon.inboxes.models import Candidate, identity
+from daemon.jobs import filetypes
+from daemon.storage.blobs import CHUNK_BYTES, BlobStore
+from daemon.storage.repos.jobs import NewJob
+
+ACCEPTED = "PDF, PNG, JPEG, TIFF, WEBP, DOCX, XLSX, CSV, TXT, HTML"
+
+
+class PathRefused(ValueError):
+    """A folder path that is not a folder under the root; the message says why."""
+
+
+def path_problems(relative: str) -> list[str]:
+    """What is wrong with `relative` as written (pure): empty, NUL bytes, lone surrogates,
+    absolute, `..`."""
+    if not relative.strip():
+        return ["path should not be empty"]
+    if "\0" in relative:
+        return ["path must not contain NUL bytes"]
+    try:
+        relative.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate from JSON's \ud800: no file name has one
+        return ["path must be valid Unicode text"]
+    if relative.startswith(("/", "\\")) or os.path.isabs(relative):
+        return ["path must be relative to inboxes.local_root, not absolute"]
+    if ".." in relative.replace("\\", "/").split("/"):
+        return ["path must not contain '..'"]
+    return []
+
+
+def resolve_folder(root: str, relative: str) -> Path:
+    """The folder `relative` names under `root`, symlinks resolved (blocking).
+
+    Raises:
+        PathRefused: no root configured, a bad path, a folder that resolves outside the
+            root (through a symlink), or that is not an existing folder.
+    """
+    if not root:
+        raise PathRefused("local folders are disabled on this server (inboxes.local_root is empty)")
+    problems = path_problems(relative)
+    if problems:
+        raise PathRefused(problems[0])
+    real_root = os.path.realpath(root)
+    folder = os.path.realpath(os.path.join(real_root, relative))
+    if folder == real_root or os.path.commonpath([real_root, folder]) != real_root:
+        raise PathRefused("path must name a folder inside inboxes.local_root")
+    if not os.path.isdir(folder):
+        raise PathRefused(f"path {relative!r} is not an existing folder under inboxes.local_root")
+    return Path(folder)
+
+
+@dataclass(frozen=True)
+class Scan:
+    candidates: list[Candidate]
+    # The earliest time (time.time()) a file still being written will have settled: sweep again then.
+    settles_at: float | None
+
+
+def scan(folder: Path, *, settle_s: float, now: float) -> Scan:
+    """The settled regular files directly in `folder`, oldest first (blocking)."""
+    found: list[tuple[int, Candidate]] = []
+    settles_at: float | None = None
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except FileNotFoundError:
+                continue  # moved away since the listing
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            settled = info.st_mtime + settle_s
+            if settled > now:
+                settles_at = settled if settles_at is None else min(settles_at, settled)
+                continue
+            found.append((info.st_mtime_ns, Candidate(
+                identity=identity("local", entry.name, info.st_size, info.st_mtime_ns),
+                name=entry.name, size=info.st_size, local_path=entry.path)))
+    found.sort(key=lambda pair: (pair[0], pair[1].name))
+    return Scan([candidate for _, candidate in found], settles_at)
+
+
+class Refused(Exception):
+    """A file that cannot become a job (too large, unsupported type); the message says why."""
+
+
+class Changed(Exception):
+    """The file changed or went away between the listing and the copy: the next sweep sees it anew."""
+
+
+async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> NewJob:
+    """Copy a local file into the blob store, hashed, counted and typed from its bytes, as
+    an upload is (`daemon.jobs.upload`).
+
+    Raises:
+        Refused: over `max_bytes`, or of an unsupported type (no blob is left).
+        Changed: the file is not the one listed (its size or mtime moved, or it is gone).
+    """
+    assert candidate.local_path is not None
+    path = Path(candidate.local_path)
+    if candidate.size is not None and candidate.size > max_bytes:
+        raise Refused(f"File too large: {candidate.name} is {candidate.size} bytes, over the maximum of "
+                      f"{max_bytes} bytes (MAX_FILE_SIZE)")
+    try:
+        handle = await trio.open_file(path, "rb")
+    except FileNotFoundError as exc:
+        raise Changed(candidate.name) from exc
+    writer = await blobs.open_writer()
+    size, hasher, head = 0, hashlib.sha256(), bytearray()
+    try:
+        async with handle:
+            while chunk := await handle.read(CHUNK_BYTES):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise Changed(candidate.name)  # it grew past the limit since it was listed
+                if len(head) < filetypes.SNIFF_BYTES:
+                    head += chunk[: filetypes.SNIFF_BYTES - len(head)]
+                hasher.update(chunk)
+                await writer.write(chunk)
+            info = await trio.to_thread.run_sync(os.fstat, handle.fileno())
+        if identity("local", candidate.name, info.st_size, info.st_mtime_ns) != candidate.identity or \
+                size != info.st_size:
+            raise Changed(candidate.name)
+        mime = filetypes.sniff(bytes(head))
+        if mime == filetypes.ZIP:
+            mime = await trio.to_thread.run_sync(filetypes.refine_zip, path, bytes(head))
+        if mime not in filetypes.SUPPORTED:
+            raise Refused(f"Unsupported file type: {candidate.name} (accepted: {ACCEPTED})")
+        await writer.commit()
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await writer.abort()
+        raise
+    return NewJob(file_name=candidate.name[:500], file_size=size, mime_type=mime, sha256=hasher.hexdigest(),
+                  blob_key=writer.key)
+
+
+def move_beside(folder: Path, name: str, subfolder: str, tag: str) -> None:
+    """Move `folder/name` into `folder/subfolder/` (blocking). A name already there gets
+    `tag` added; a file already gone (another process moved it, a person took it) is fine."""
+    source = folder / name
+    target_dir = folder / subfolder
+    target_dir.mkdir(exist_ok=True)
+    target = target_dir / name
+    if target.exists():
+        stem, dot, suffix = name.rpartition(".")
+        target = target_dir / (f"{stem}-{tag}.{suffix}" if dot and stem else f"{name}-{tag}")
+    with contextlib.suppress(FileNotFoundError):
+        os.rename(source, target)

@@ -1,0 +1,289 @@
+"""The inbox sweeper: lists each watched inbox when it is due and makes one batch run of
+the files it had not taken (issue #17).
+
+    run_inboxes
+    ├── notifications   inotify on the local folders (daemon.inboxes.watch): due at once
+    └── sweep loop      sleeps until the earliest due inbox, a notification, a job ending,
+                        a change made through the API in this process, or the slow poll
+                        that sees the changes made through other processes
+
+An inbox is due `inboxes.interval` after its last sweep by any process (`last_swept_at`),
+at once when a notification names its folder, and again when one of its files settles
+(still being written when listed). A local folder is also swept when the process starts:
+what landed while nothing watched sent no notification. Every process with workers sweeps; the database keeps
+each file to one job (`daemon.storage.repos.inboxes.record_sweep`), and a process that
+lost the race deletes the blobs it copied.
+
+A local `move` inbox also moves each file whose job ended into done/ or failed/ beside
+it, at the sweeps that follow.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import trio
+
+from daemon.clock import utcnow
+from daemon.errors import JobError
+from daemon.inboxes import local
+from daemon.inboxes.models import (
+    FAILED_DIR,
+    After,
+    Candidate,
+    Inbox,
+    InboxKind,
+    identity,
+    next_sweep_at,
+    settled_folder,
+    untaken,
+)
+from daemon.inboxes.watch import FolderWatch, open_watch
+from daemon.integrations.base import FileRef
+from daemon.integrations.google_drive import DriveSource
+from daemon.integrations.s3 import S3Source
+from daemon.integrations.sources import open_source
+from daemon.leasing import poll_interval
+from daemon.services import Services
+from daemon.storage.blobs import BlobStoreError
+from daemon.storage.repos import inboxes as repo
+from daemon.storage.repos.integrations import get_integration
+from daemon.storage.repos.jobs import NewJob
+from daemon.wakeup import wait_any
+
+log = logging.getLogger(__name__)
+
+# At most this many files become one run; a sweep that found more sweeps again at once.
+MAX_FILES_PER_SWEEP = 1000
+# After a job ended, wait this long for more before moving files aside: workers ending jobs
+# in a burst make one pass over the inboxes, not one each.
+_JOB_ENDS_GATHER_S = 0.5
+# Remote listings stop here (each sweep lists the whole prefix or folder again).
+MAX_LISTED = 10_000
+
+
+async def run_inboxes(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    """Sweep inboxes until the process drains; a sweep in progress is finished or cancelled
+    by the drain's deadline (a cancelled sweep took nothing: its blobs are deleted)."""
+    watch = open_watch()
+    notified: set[str] = set()
+    try:
+        async with trio.open_nursery() as nursery:
+            if watch is not None:
+                nursery.start_soon(_read_notifications, watch, notified, services)
+            services.running["inboxes"] = True
+            task_status.started()
+            try:
+                await _sweep_loop(services, watch, notified)
+            finally:
+                services.running["inboxes"] = False
+                nursery.cancel_scope.cancel()
+    finally:
+        if watch is not None:
+            watch.close()
+
+
+async def _read_notifications(watch: FolderWatch, notified: set[str], services: Services) -> None:
+    while True:
+        notified |= await watch.wait()
+        services.inboxes_changed.set()
+
+
+async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: set[str]) -> None:
+    # Inbox id → the time.time() one of its files settles: sweep it again then.
+    settling: dict[str, float] = {}
+    # Files that landed while no process watched sent no notification: at start, every
+    # local folder is swept at once (a listing of a local folder is cheap; a remote one waits
+    # for its interval).
+    notified |= {inbox.id for inbox in await services.db.read(repo.active_inboxes) if inbox.kind == InboxKind.LOCAL}
+    while not services.stopping.is_set():
+        config = services.config.inboxes
+        interval = float(config.interval_s)
+        inboxes = await services.db.read(repo.active_inboxes)
+        if watch is not None:
+            # A folder watched only now may have had files before: no notification came for them.
+            notified |= await _update_watches(watch, inboxes, config.local_root)
+        now = utcnow()
+        # Inboxes made, resumed or deleted through another process are seen when the list is
+        # read again: within the slow poll of the other loops (2 s on PostgreSQL).
+        wake_at = now + dt.timedelta(seconds=min(interval, poll_interval(services.db.url.get_backend_name())))
+        notified_now = set(notified)
+        notified.clear()
+        moving = False
+        for inbox in inboxes:
+            due = next_sweep_at(inbox.last_swept_at, interval, now)
+            settles = settling.get(inbox.id)
+            sweep = inbox.id in notified_now or due <= now or (settles is not None and settles <= time.time())
+            try:
+                if inbox.kind == InboxKind.LOCAL and inbox.after == After.MOVE:
+                    moving = True
+                    await _settle_quietly(services, inbox)
+                if sweep:
+                    settling.pop(inbox.id, None)
+                    again = await _sweep(services, inbox)
+                    if again is not None:
+                        settling[inbox.id] = again
+            except Exception:  # the database failed: log it, keep the other inboxes going
+                log.exception("inbox sweep failed", extra={"action": "inbox.sweep_error", "inbox_id": inbox.id})
+            if sweep:
+                due = utcnow() + dt.timedelta(seconds=interval)
+            wake_at = min(wake_at, due)
+            if inbox.id in settling:
+                wake_at = min(wake_at, dt.datetime.fromtimestamp(settling[inbox.id], dt.UTC))
+        delay = max(0.0, (wake_at - utcnow()).total_seconds())
+        waits: list[Callable[[], Awaitable[object]]] = [
+            functools.partial(services.inboxes_changed.sleep, delay), services.stopping.wait]
+        if moving:  # a job ending may let a file move aside
+            waits.append(functools.partial(_job_ended, services, delay))
+        await wait_any(*waits)
+
+
+async def _job_ended(services: Services, delay: float) -> None:
+    """Return when a job ended (or after `delay`); a burst of job ends is one pass, not one each."""
+    if await services.db.jobs_ended.sleep(delay):
+        await trio.sleep(_JOB_ENDS_GATHER_S)
+
+
+async def _update_watches(watch: FolderWatch, inboxes: list[Inbox], root: str) -> set[str]:
+    """Watch the folders of the local inboxes, and only those; the inboxes watched anew."""
+    wanted: dict[str, str] = {}
+    for inbox in inboxes:
+        if inbox.kind != InboxKind.LOCAL:
+            continue
+        try:
+            wanted[inbox.id] = str(await trio.to_thread.run_sync(local.resolve_folder, root, inbox.path))
+        except local.PathRefused:
+            continue
+    before = watch.watched()
+    for inbox_id in before - set(wanted):
+        watch.unwatch(inbox_id)
+    return {inbox_id for inbox_id, folder in wanted.items() if watch.watch(inbox_id, folder)} - before
+
+
+async def _sweep(services: Services, inbox: Inbox) -> float | None:
+    """Sweep one inbox; returns when to sweep it again early (a file settling, or more
+    files than one run takes), else None. Failures are recorded on the inbox, never raised."""
+    started = time.monotonic()
+    try:
+        if inbox.kind == InboxKind.LOCAL:
+            found, again = await _local_found(services, inbox)
+        else:
+            found, again = await _remote_found(services, inbox)
+    except (local.PathRefused, JobError, BlobStoreError, OSError) as exc:
+        message = exc.message if isinstance(exc, JobError) else str(exc)
+        if message != inbox.last_error:
+            log.warning("inbox sweep failed: %s", message, extra={"action": "inbox.sweep_failed",
+                                                                  "inbox_id": inbox.id})
+        await services.db.run(repo.mark_swept, inbox.id, utcnow(), error=message)
+        return None
+    outcome = await _record(services, inbox, found)
+    if outcome.taken:
+        log.info("inbox swept", extra={
+            "action": "inbox.swept", "inbox_id": inbox.id, "job_run_id": outcome.job_run_id,
+            "taken": len(outcome.taken), "lost": len(outcome.lost),
+            "duration_ms": round((time.monotonic() - started) * 1000)})
+    if inbox.kind == InboxKind.LOCAL and inbox.after == After.MOVE and outcome.taken:
+        await _settle(services, inbox)  # refused files go to failed/ at once
+    return again
+
+
+async def _record(services: Services, inbox: Inbox, found: list[repo.Found]) -> repo.SweepOutcome:
+    """`record_sweep`, with the blobs of what it did not take deleted (also if it fails)."""
+    try:
+        outcome = await services.db.run(repo.record_sweep, inbox_id=inbox.id, found=found, now=utcnow())
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await _forget(services, found)
+        raise
+    await _forget(services, outcome.lost)
+    return outcome
+
+
+async def _forget(services: Services, found: list[repo.Found]) -> None:
+    for item in found:
+        if item.job is not None and item.job.blob_key:
+            await services.blobs.delete(item.job.blob_key)
+
+
+async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None]:
+    config = services.config
+    folder = await trio.to_thread.run_sync(local.resolve_folder, config.inboxes.local_root, inbox.path)
+    if inbox.after == After.MOVE:
+        await _settle(services, inbox, folder)
+    scan = await trio.to_thread.run_sync(
+        lambda: local.scan(folder, settle_s=config.inboxes.settle_ms / 1000, now=time.time()))
+    fresh = await _fresh(services, inbox, scan.candidates)
+    again = scan.settles_at
+    if len(fresh) > MAX_FILES_PER_SWEEP:
+        fresh, again = fresh[:MAX_FILES_PER_SWEEP], time.time()
+    found: list[repo.Found] = []
+    try:
+        for candidate in fresh:
+            try:
+                job = await local.copy_in(services.blobs, candidate, config.jobs.max_file_size_bytes)
+            except local.Refused as exc:
+                found.append(repo.Found(candidate, error=str(exc)))
+            except local.Changed:
+                again = time.time() + config.inboxes.settle_ms / 1000  # look at it again once settled
+            else:
+                found.append(repo.Found(candidate, job=job))
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await _forget(services, found)
+        raise
+    return found, again
+
+
+async def _settle(services: Services, inbox: Inbox, folder: Path | None = None) -> None:
+    """Move the files whose job ended into done/ or failed/ beside them."""
+    if folder is None:
+        folder = await trio.to_thread.run_sync(local.resolve_folder, services.config.inboxes.local_root, inbox.path)
+    for item in await services.db.read(repo.unsettled_items, inbox.id):
+        subfolder = settled_folder(item.job_status) or FAILED_DIR
+        await trio.to_thread.run_sync(local.move_beside, folder, item.name, subfolder, item.identity[:8])
+        await services.db.run(repo.settle_item, inbox.id, item.identity, utcnow())
+
+
+async def _settle_quietly(services: Services, inbox: Inbox) -> None:
+    """`_settle` between sweeps (a job ended); a folder gone is for the next sweep to report."""
+    try:
+        await _settle(services, inbox)
+    except (local.PathRefused, OSError) as exc:
+        log.debug("cannot move files aside: %s", exc, extra={"action": "inbox.settle_failed", "inbox_id": inbox.id})
+
+
+async def _fresh(services: Services, inbox: Inbox, candidates: list[Candidate]) -> list[Candidate]:
+    taken = await services.db.read(repo.taken_identities, inbox.id, [c.identity for c in candidates])
+    return untaken(candidates, taken)
+
+
+async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None]:
+    row = await services.db.read(get_integration, inbox.user_id, inbox.integration_id or "")
+    if row is None:
+        raise local.PathRefused(f"Integration {inbox.integration_id} no longer exists")
+    async with open_source(services, row) as remote:
+        if isinstance(remote, S3Source):
+            entries = await remote.list_prefix(inbox.path, limit=MAX_LISTED)
+        elif isinstance(remote, DriveSource):
+            entries = await remote.list_in(inbox.path, f"folder {inbox.path}", limit=MAX_LISTED)
+        else:  # pragma: no cover - every provider is one of the two
+            raise TypeError(type(remote).__name__)
+    candidates = [
+        Candidate(identity=identity(inbox.kind, _ref_key(entry.ref), entry.version or ""), name=entry.name,
+                  size=entry.size, source=entry.ref.source(row.id))
+        for entry in entries[:MAX_LISTED]
+    ]
+    fresh = await _fresh(services, inbox, candidates)
+    again = None
+    if len(fresh) > MAX_FILES_PER_SWEEP:
+        fresh, again = fresh[:MAX_FILES_PER_SWEEP], time.time()
+    return [repo.Found(c, job=NewJob(file_name=c.name[:500] or None, source=c.source)) for c in fresh], again
+
+
+def _ref_key(ref: FileRef) -> str:
+    return ref.file_id or ref.key or ""
