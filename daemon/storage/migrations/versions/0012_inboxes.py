@@ -1,6 +1,6 @@
 """Watched inboxes (issue #17): folders whose new files become jobs, and what each took.
 
-Revision ID: 0012_inboxes
+Revision ID: 0012
 Revises: 0011
 Create Date: 2026-11-24
 """
@@ -10,7 +10,7 @@ from alembic import op
 
 from daemon.storage.tables import UTCDateTime
 
-revision = "0012_inboxes"
+revision = "0012"
 down_revision = "0011"
 branch_labels = None
 depends_on = None
