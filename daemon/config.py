@@ -203,6 +203,13 @@ class ReviewConfig:
     confidence_threshold: float = _setting(0.9, doc="GET /api/jobs?review=pending: a value under it needs a person")
 
 
+@dataclass(frozen=True)
+class LearningConfig:
+    # Off: no job is read with learned examples and no correction teaches one (README
+    # "Learning from corrections"); a schema turns it off alone with "x-docex-learning": false.
+    enabled: bool = _setting(True, doc="corrections and approvals teach how each issuer's documents read")
+
+
 OCR_ENGINES = ("rapidocr", "tesseract")
 # Extractors a schema (its x-docex-provider) or extraction.provider may name.
 PROVIDERS = ("rules", "openai", "anthropic")
@@ -246,6 +253,7 @@ class Config:
     google: GoogleConfig = field(default_factory=GoogleConfig)
     integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)
     review: ReviewConfig = field(default_factory=ReviewConfig)
+    learning: LearningConfig = field(default_factory=LearningConfig)
 
     @property
     def data_path(self) -> Path:
