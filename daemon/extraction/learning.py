@@ -31,12 +31,13 @@ A *lesson* per confirmed value (`learn`):
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any
+from typing import Any, NamedTuple
 
 from daemon.extraction.document import Document
 from daemon.extraction.providers.rules.values import find_amounts, find_dates, find_integers
@@ -277,12 +278,13 @@ def _label_before(reading: Sequence[ReadingLine], index: int, start: int) -> tup
     return "below", ""
 
 
-def _template(text: str, kind: str, at: int, shape: str | None) -> str:
-    """A line as its words, with ``@`` for the value at `at` and ``#`` for other values of its kind:
+def _template(text: str, found: list[tuple[Any, int, int]], at: int) -> str:
+    """A line as its words, with ``@`` for the value at `at` and ``#`` for the other values
+    `found` in it (`values_in`):
     "TOTAL 27.55" is "TOTAL @", the tax summary's "TOTAL : 26.00 1.56" is "TOTAL @ #"."""
     parts: list[str] = []
     last = 0
-    for _, start, end in values_in(kind, text, shape):
+    for _, start, end in found:
         parts += [_words(text[last:start]), "@" if start == at else "#"]
         last = end
     parts.append(_words(text[last:]))
@@ -306,12 +308,13 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
             lesson["shape"] = _shape(value.strip())
         wanted = _confirmed(kind, value)
         for index, line in enumerate(reading):
-            for found, start, _ in values_in(kind, line[0], lesson.get("shape")):
-                if _same(kind, found, wanted):
+            found = values_in(kind, line[0], lesson.get("shape"))
+            for value_found, start, _ in found:
+                if _same(kind, value_found, wanted):
                     where, label = _label_before(reading, index, start)
                     if label:
                         lesson["spots"].append({"where": where, "label": label, "y": line[3],
-                                                "line": _template(line[0], kind, start, lesson.get("shape"))})
+                                                "line": _template(line[0], found, start)})
         lesson["spots"] = lesson["spots"][:8]
         if lesson["constant"] or lesson["spots"]:
             lessons[pointer] = lesson
@@ -321,24 +324,55 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
 # --- applying ----------------------------------------------------------------------------
 
 
+@functools.cache
 def _similar(a: str, b: str) -> bool:
-    return a == b or (len(a) >= 4 and SequenceMatcher(None, a, b, autojunk=False).ratio() >= _LABEL_SIMILARITY)
+    if a == b:
+        return True
+    if len(a) < 4:
+        return False
+    matcher = SequenceMatcher(None, a, b, autojunk=False)
+    return matcher.real_quick_ratio() >= _LABEL_SIMILARITY and matcher.ratio() >= _LABEL_SIMILARITY
 
 
-def _read_spot(reading: Sequence[ReadingLine], kind: str, spot: dict[str, Any],
-               shape: str | None) -> tuple[Any, int, bool] | None:
-    """The value after `spot`'s label in `reading`, the index of its line and whether the
-    line has the learned shape (`_template`): of the values whose label matches, one on a
-    line of the learned shape first, then the nearest to the learned height."""
-    best: tuple[tuple[bool, float], Any, int] | None = None
+class _Placed(NamedTuple):
+    """A value of a field's kind in the new document, with what a spot compares."""
+
+    value: Any
+    line: int
+    where: str
+    label: str
+    template: str
+    y: float
+
+
+def _placed(reading: Sequence[ReadingLine], kind: str, shape: str | None, words: frozenset[str]) -> list[_Placed]:
+    """Every value of `kind` (`shape`) in `reading` with its label, on the lines that have
+    one of the labels' `words`, or under one that has (the others cannot match a spot, and
+    reading values costs more than the rest of `apply`)."""
+    out: list[_Placed] = []
+    named = [any(w in line[0].upper() for w in words) for line in reading]
     for index, line in enumerate(reading):
-        for value, start, _ in values_in(kind, line[0], shape):
+        if not (named[index] or (index and named[index - 1])):
+            continue
+        found = values_in(kind, line[0], shape)
+        for value, start, _ in found:
             where, label = _label_before(reading, index, start)
-            if where == spot["where"] and _similar(label, spot["label"]):
-                rank = (_template(line[0], kind, start, shape) != spot.get("line"), abs(line[3] - spot["y"]))
-                if best is None or rank < best[0]:
-                    best = (rank, value, index)
-    return None if best is None else (best[1], best[2], not best[0][0])
+            if label:
+                out.append(_Placed(value, index, where, label, _template(line[0], found, start), line[3]))
+    return out
+
+
+def _read_spot(placed: list[_Placed], spot: dict[str, Any]) -> tuple[Any, int, bool] | None:
+    """The value after `spot`'s label, the index of its line and whether the line has the
+    learned shape (`_template`): of the values whose label matches, one on a line of the
+    learned shape first, then the nearest to the learned height."""
+    best: tuple[tuple[bool, float], _Placed] | None = None
+    for candidate in placed:
+        if candidate.where == spot["where"] and _similar(candidate.label, spot["label"]):
+            rank = (candidate.template != spot.get("line"), abs(candidate.y - spot["y"]))
+            if best is None or rank < best[0]:
+                best = (rank, candidate)
+    return None if best is None else (best[1].value, best[1].line, not best[0][0])
 
 
 def _json_value(kind: str, schema: dict[str, Any], value: Any) -> Any:
@@ -364,12 +398,13 @@ def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequ
     result = _copy(result)
     fields = dict(fields)
     top = header(reading)
+    placed = functools.cache(functools.partial(_placed, reading))
     for pointer, sub in scalar_fields(schema):
         kind = _kind(sub)
         taught = [(m, m.fields[pointer]) for m in examples if isinstance(m.fields.get(pointer), dict)]
         if not taught:
             continue
-        chosen = _constant(top, taught) or _spots(reading, kind, taught, _get(result, pointer))
+        chosen = _constant(top, taught) or _spots(placed, kind, taught, _get(result, pointer))
         if chosen is None:
             continue
         value, source, agreeing, sure, line = chosen
@@ -406,8 +441,8 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]]) -> tup
     return value, source, agreeing, min(1.0, share), None
 
 
-def _spots(reading: Sequence[ReadingLine], kind: str, taught: list[tuple[Match, dict[str, Any]]],
-           generic: Any) -> tuple[Any, str, int, float, int | None] | None:
+def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], kind: str,
+           taught: list[tuple[Match, dict[str, Any]]], generic: Any) -> tuple[Any, str, int, float, int | None] | None:
     """The value most examples choose. An example chooses the value its spots read with
     the most weight, against the generic rules' value at 0.75: a spot after a label on
     its line weighs 1, one below a line 0.5 (item rows and column heads are there too),
@@ -416,11 +451,13 @@ def _spots(reading: Sequence[ReadingLine], kind: str, taught: list[tuple[Match, 
     the example had "CASH 30.90 0.00")."""
     if generic is not None:
         generic = _confirmed(kind, generic)
+    words = frozenset(w for _, lesson in taught for spot in lesson.get("spots", [])
+                      for w in spot["label"].split())
     choices: list[tuple[Any, str, int | None]] = []  # (value, example id, line)
     for match, lesson in taught:
         read: list[tuple[Any, float, int | None]] = [(generic, 0.75, None)] if generic is not None else []
         for spot in lesson.get("spots", []):
-            found = _read_spot(reading, kind, spot, lesson.get("shape"))
+            found = _read_spot(placed(kind, lesson.get("shape"), words), spot)
             if found is not None:
                 weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6)
                 read.append((found[0], weight, found[1]))
