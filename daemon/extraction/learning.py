@@ -33,6 +33,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,10 @@ MIN_COVERAGE = 0.9
 # Examples of an issuer read at most (the closest first): beyond a handful, more agree
 # with no more to teach, and each costs a pass over the document's lines.
 MAX_EXAMPLES = 5
+# Worked examples an AI provider's prompt gets at most: the closest of the issuer, in
+# this many characters (a few hundred tokens, beside a document of thousands).
+MAX_PROMPT_EXAMPLES = 3
+MAX_PROMPT_CHARS = 2000
 # A label read with OCR noise still matches one learned at this similarity.
 _LABEL_SIMILARITY = 0.8
 
@@ -473,3 +478,36 @@ def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], k
 
 def _copy(result: dict[str, Any]) -> dict[str, Any]:
     return {k: _copy(v) if isinstance(v, dict) else v for k, v in result.items()}
+
+
+# --- worked examples for the AI providers ----------------------------------------------------
+
+
+def worked_examples(examples: Sequence[Match], limit: int = MAX_PROMPT_EXAMPLES,
+                    max_chars: int = MAX_PROMPT_CHARS) -> str:
+    """What the closest `examples` of the issuer (`matches`) taught, as prompt text for an AI
+    provider: per example its confirmed values and the label each followed; at most
+    `limit` examples in `max_chars` characters (an example that does not fit is left
+    out). Empty without examples."""
+    blocks: list[str] = []
+    size = 0
+    for number, match in enumerate(examples[:limit], 1):
+        values = {pointer: lesson["value"] for pointer, lesson in match.fields.items()}
+        notes = []
+        for pointer, lesson in match.fields.items():
+            if lesson.get("constant"):
+                notes.append(f"{pointer} is printed the same on every document of this issuer")
+            elif lesson.get("spots"):
+                spot = lesson["spots"][0]
+                side = "after" if spot["where"] == "right" else "under the line"
+                notes.append(f'{pointer} stood {side} "{spot["label"]}"')
+        block = f"Example {number}: {json.dumps(values, ensure_ascii=False)}" + (f" ({'; '.join(notes)})"
+                                                                                 if notes else "")
+        if size + len(block) > max_chars:
+            break
+        blocks.append(block)
+        size += len(block)
+    if not blocks:
+        return ""
+    return ("Earlier documents of this issuer, with the values a person confirmed (keyed by JSON pointer). "
+            "Read this document's own values; they stand in the same places:\n" + "\n".join(blocks))

@@ -142,10 +142,10 @@ async def extract(
         result, fields, reading = outcome.result, outcome.fields, None
         if learned is not None:
             reading = _reading(outcome.reading)
-            examples = await learned(reading["keys"])
-            if examples:
+            matched = await learned(reading["keys"])
+            if matched:
                 result, fields = await trio.to_thread.run_sync(
-                    learning.apply, outcome.reading, schema, examples, result, fields)
+                    learning.apply, outcome.reading, schema, matched, result, fields)
         meta: dict[str, Any] = {
             "provider": "rules",
             "model": None,
@@ -160,13 +160,15 @@ async def extract(
     assert isinstance(document, Document)
     provider = make_provider(name, config)
     reading = None
+    examples = ""  # the issuer's learned examples, as worked examples for the prompt (bounded)
     if learned is not None:
         reading = _reading(learning.reading_of(document))
+        examples = learning.worked_examples(await learned(reading["keys"]))
     if client is None:
         async with httpx.AsyncClient(follow_redirects=False) as own:
-            output = await provider.extract(document, schema, own)
+            output = await provider.extract(document, schema, own, examples=examples)
     else:
-        output = await provider.extract(document, schema, client)
+        output = await provider.extract(document, schema, client, examples=examples)
     fields = await trio.to_thread.run_sync(_evidence, document, schema, output)
     meta = {
         "provider": name,

@@ -110,3 +110,12 @@ def test_the_reading_is_bounded() -> None:
     reading = learning.reading_of(document)
     assert len(reading) == learning.MAX_LINES
     assert reading[1] == ["line 1", 1, 0.0, 0.001, 0.5, 0.0018]
+
+
+def test_worked_examples_for_a_prompt_are_bounded() -> None:
+    many = [example(f"ex{i}") for i in range(10)]
+    text = learning.worked_examples(many)
+    assert text.count("Example ") == learning.MAX_PROMPT_EXAMPLES
+    assert '"/receipt_number": "4711-A"' in text and '/receipt_number stood after "BON"' in text
+    assert len(learning.worked_examples(many, max_chars=500)) < 800
+    assert learning.worked_examples([]) == ""
