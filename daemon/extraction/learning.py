@@ -62,6 +62,9 @@ MIN_COVERAGE = 0.9
 # Examples of an issuer read at most (the closest first): beyond a handful, more agree
 # with no more to teach, and each costs a pass over the document's lines.
 MAX_EXAMPLES = 5
+# A string value longer than this is not read by its shape (a code, a reference), only as
+# a constant: a name or an address is not a pattern.
+MAX_CODE_CHARS = 40
 # Worked examples an AI provider's prompt gets at most: the closest of the issuer, in
 # this many characters (a few hundred tokens, beside a document of thousands).
 MAX_PROMPT_EXAMPLES = 3
@@ -216,15 +219,16 @@ def _as_date(value: Any) -> dt.date | None:
 
 
 def _shape(value: str) -> str:
-    """A pattern for a code's shape: runs of letters and of digits, what stands between them."""
+    """A pattern for a code's shape: runs of letters and of digits, what stands between them.
+    No two neighbouring parts can match the same character, so matching is linear."""
     parts = []
-    for run in re.findall(r"[A-Za-z]+|\d+|\s+|.", value):
+    for run in re.findall(r"[^\W\d_]+|\d+|\s+|.", value):
         if run.isdigit():
             parts.append(r"\d+")
         elif run.isalpha():
-            parts.append(r"[A-Za-z]+")
+            parts.append(r"[^\W\d_]+")
         elif run.isspace():
-            parts.append(r"\s*")
+            parts.append(r"\s+")
         else:
             parts.append(re.escape(run))
     return "".join(parts)
@@ -239,8 +243,7 @@ def values_in(kind: str, text: str, shape: str | None = None) -> list[tuple[Any,
     if kind == "integer":
         return [(f.value, f.start, f.end) for f in find_integers(text)]
     if shape:
-        return [(m[0], m.start(), m.end()) for m in re.finditer(r"(?<![A-Za-z0-9])" + shape + r"(?![A-Za-z0-9])",
-                                                                   text)]
+        return [(m[0], m.start(), m.end()) for m in re.finditer(r"(?<!\w)" + shape + r"(?!\w)", text)]
     return []
 
 
@@ -310,7 +313,8 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
         if kind == "text" and isinstance(value, str):
             letters = sum(c.isalpha() for c in value)
             lesson["constant"] = letters >= _MIN_LETTERS and coverage(value, top) >= MIN_COVERAGE
-            lesson["shape"] = _shape(value.strip())
+            if len(value.strip()) <= MAX_CODE_CHARS:
+                lesson["shape"] = _shape(value.strip())
         wanted = _confirmed(kind, value)
         for index, line in enumerate(reading):
             found = values_in(kind, line[0], lesson.get("shape"))

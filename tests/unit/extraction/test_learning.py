@@ -119,3 +119,22 @@ def test_worked_examples_for_a_prompt_are_bounded() -> None:
     assert '"/receipt_number": "4711-A"' in text and '/receipt_number stood after "BON"' in text
     assert len(learning.worked_examples(many, max_chars=500)) < 800
     assert learning.worked_examples([]) == ""
+
+
+def test_a_code_is_read_by_its_shape_in_linear_time_whatever_a_correction_says() -> None:
+    import time
+
+    schema = {"type": "object", "properties": {"ref": {"type": "string"}}}
+    hostile = " ".join(["ab"] * 13)  # 38 characters of short words: a shape of 13 letter runs
+    # A run of letters a shape of 13 runs could split in C(299, 12) ways, were the gaps optional.
+    line = ["Ref " + "x" * 300 + "_", 1, 0.0, 0.5, 1.0, 0.52]
+    started = time.perf_counter()
+    lessons = learn([["Ref " + hostile, 1, 0.0, 0.1, 1.0, 0.12], line] * 50, {"ref": hostile}, schema)
+    apply([line] * 400, schema, [Match("ex1", lessons, 3, 1)], {}, {})
+    assert time.perf_counter() - started < 2.0
+    # Letters of any script make a code's shape; the value is found again by it.
+    reading = [["Beleg Nr ÄÖ-12", 1, 0.0, 0.1, 1.0, 0.12]]
+    code = learn(reading, {"ref": "ÄÖ-12"}, schema)["/ref"]
+    assert code["spots"][0]["label"] == "BELEG NR"
+    assert apply([["Beleg Nr ÜX-99", 1, 0.0, 0.1, 1.0, 0.12]], schema, [Match("e", {"/ref": code}, 2, 0)], {},
+                 {})[0] == {"ref": "ÜX-99"}
