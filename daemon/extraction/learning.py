@@ -453,11 +453,14 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]]) -> tup
 def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], kind: str,
            taught: list[tuple[Match, dict[str, Any]]], generic: Any) -> tuple[Any, str, int, float, int | None] | None:
     """The value most examples choose. An example chooses the value its spots read with
-    the most weight, against the generic rules' value at 0.75: a spot after a label on
-    its line weighs 1, one below a line 0.5 (item rows and column heads are there too),
-    and 0.6 times that on a line of another shape. So a spot on a line like the learned
-    one beats the rules, a lone label on a line unlike it does not ("CASH RM 50.00" where
-    the example had "CASH 30.90 0.00")."""
+    the most weight, against the generic rules' value at 0.75. Its spots share one vote:
+    they all held the value in the example, so where they now disagree the example cannot
+    tell which was the field's (a receipt whose total and total after rounding were equal),
+    and the rules decide. Within it, a spot after a label on its line weighs 1, one below
+    a line 0.5 (item rows and column heads are there too), and 0.6 times that on a line of
+    another shape: a lone label on a line unlike the learned one ("CASH RM 50.00" where
+    the example had "CASH 30.90 0.00") does not beat the rules.
+    """
     if generic is not None:
         generic = _confirmed(kind, generic)
     words = frozenset(w for _, lesson in taught for spot in lesson.get("spots", [])
@@ -465,10 +468,11 @@ def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], k
     choices: list[tuple[Any, str, int | None]] = []  # (value, example id, line)
     for match, lesson in taught:
         read: list[tuple[Any, float, int | None]] = [(generic, 0.75, None)] if generic is not None else []
-        for spot in lesson.get("spots", []):
+        spots = lesson.get("spots", [])
+        for spot in spots:
             found = _read_spot(placed(kind, lesson.get("shape"), words), spot)
             if found is not None:
-                weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6)
+                weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6) / len(spots)
                 read.append((found[0], weight, found[1]))
         if len(read) > (generic is not None):
             value, _, line = max(read, key=lambda r: sum(w for v, w, _ in read if _same(kind, v, r[0])))

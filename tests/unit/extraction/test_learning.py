@@ -138,3 +138,17 @@ def test_a_code_is_read_by_its_shape_in_linear_time_whatever_a_correction_says()
     assert code["spots"][0]["label"] == "BELEG NR"
     assert apply([["Beleg Nr ÜX-99", 1, 0.0, 0.1, 1.0, 0.12]], schema, [Match("e", {"/ref": code}, 2, 0)], {},
                  {})[0] == {"ref": "ÜX-99"}
+
+
+def test_an_examples_spots_that_now_disagree_leave_the_choice_to_the_rules() -> None:
+    # In the example the subtotal and the total after rounding were both 75.00.
+    schema = {"type": "object", "properties": {"total": {"type": "number"}}}
+    taught = learn([["Sub-total 75.00", 1, 0.0, 0.30, 1.0, 0.32], ["Total After Adj 75.00", 1, 0.0, 0.34, 1.0, 0.36]],
+                   {"total": 75.0}, schema)
+    assert len(taught["/total"]["spots"]) == 2
+    now = [["Sub-total 46.54", 1, 0.0, 0.30, 1.0, 0.32], ["Rounding Adj 0.01", 1, 0.0, 0.32, 1.0, 0.34],
+           ["Total After Adj 46.55", 1, 0.0, 0.34, 1.0, 0.36]]
+    result, fields = apply(now, schema, [Match("ex1", taught, 3, 1)], {"total": 46.55}, {})
+    assert result == {"total": 46.55}
+    # Without the rules' value, the example's first spot reads.
+    assert apply(now, schema, [Match("ex1", taught, 3, 1)], {}, {})[0] == {"total": 46.54}
