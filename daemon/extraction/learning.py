@@ -475,7 +475,9 @@ def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], k
                 weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6) / len(spots)
                 read.append((found[0], weight, found[1]))
         if len(read) > (generic is not None):
-            value, _, line = max(read, key=lambda r: sum(w for v, w, _ in read if _same(kind, v, r[0])))
+            value = max(read, key=lambda r: sum(w for v, w, _ in read if _same(kind, v, r[0])))[0]
+            # Where a spot read it (the rules' own value has no line of its own here).
+            line = next((at for v, _, at in read if at is not None and _same(kind, v, value)), None)
             choices.append((value, match.example_id, line))
     if not choices:
         return None

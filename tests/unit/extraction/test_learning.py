@@ -149,6 +149,6 @@ def test_an_examples_spots_that_now_disagree_leave_the_choice_to_the_rules() -> 
     now = [["Sub-total 46.54", 1, 0.0, 0.30, 1.0, 0.32], ["Rounding Adj 0.01", 1, 0.0, 0.32, 1.0, 0.34],
            ["Total After Adj 46.55", 1, 0.0, 0.34, 1.0, 0.36]]
     result, fields = apply(now, schema, [Match("ex1", taught, 3, 1)], {"total": 46.55}, {})
-    assert result == {"total": 46.55}
+    assert result == {"total": 46.55} and fields["/total"]["text"] == "Total After Adj 46.55"
     # Without the rules' value, the example's first spot reads.
     assert apply(now, schema, [Match("ex1", taught, 3, 1)], {}, {})[0] == {"total": 46.54}
