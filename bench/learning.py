@@ -130,12 +130,16 @@ def stream(daemon: Daemon, files: list[Path], samples: Path, every: int) -> dict
     scorer = load_scorer(samples)
     fields: dict[str, str] = scorer.FIELDS["receipts"]
     definition = json.loads((samples / "receipts.schema.json").read_text())
-    tally = {"seen": [0, 0], "first": [0, 0]}  # [right, all] values
+    # [right, all] values; "first_matched": first-seen by the answer's company, yet read with
+    # an example (the fingerprint says it is an issuer seen before: a spelling of its name)
+    tally = {"seen": [0, 0], "first": [0, 0], "first_matched": [0, 0]}
     per_field = {k: {name: [0, 0] for name in fields} for k in tally}
     learned = [0, 0]  # [values learned from an example, of which right]
     curve: list[dict[str, Any]] = []
     seen: set[str] = set()
     seconds: list[float] = []
+    right_of: dict[str, int] = {}  # receipt → its values right
+    matched_first: list[str] = []
     with httpx.Client(base_url=daemon.base, timeout=60) as client:
         headers, schema_id = sign_up(client, definition, "Receipt")
         for n, path in enumerate(files, 1):
@@ -147,10 +151,17 @@ def stream(daemon: Daemon, files: list[Path], samples: Path, every: int) -> dict
             which = "seen" if issuer in seen else "first"
             result = job["result"] or {}
             evidence = (job["resultMeta"] or {}).get("fields") or {}
+            matched = any("learnedFrom" in e for e in evidence.values())
             for name, kind in fields.items():
                 right = bool(scorer.same(kind, answer[name], result.get(name)))
                 tally[which][0] += right
                 tally[which][1] += 1
+                if which == "first" and matched:
+                    tally["first_matched"][0] += right
+                    tally["first_matched"][1] += 1
+                right_of[path.name] = right_of.get(path.name, 0) + right
+            if which == "first" and matched:
+                matched_first.append(path.name)
                 per_field[which][name][0] += right
                 per_field[which][name][1] += 1
                 if "learnedFrom" in evidence.get(f"/{name}", {}):
@@ -171,10 +182,13 @@ def stream(daemon: Daemon, files: list[Path], samples: Path, every: int) -> dict
         "receipts": len(files),
         "seen": share(tally["seen"]), "seen_receipts": tally["seen"][1] // len(fields),
         "first": share(tally["first"]), "first_receipts": tally["first"][1] // len(fields),
+        "first_matched": share(tally["first_matched"]),
+        "first_matched_receipts": tally["first_matched"][1] // len(fields),
         "per_field": {k: {name: share(t) for name, t in v.items()} for k, v in per_field.items()},
         "learned_values": learned[0], "learned_right": learned[1],
         "seconds_per_receipt": round(statistics.median(seconds), 2) if seconds else None,
         "curve": curve,
+        "fields": len(fields), "right_of": right_of, "matched_first": matched_first,
     }
 
 
@@ -314,6 +328,8 @@ def main() -> int:
             print(f"  per field: {on['per_field']['seen']}")
             print(f"first-seen issuers:  {fmt(on['first'])} over {on['first_receipts']} receipts")
             print(f"  per field: {on['per_field']['first']}")
+            print(f"  of which {on['first_matched_receipts']} matched an issuer's fingerprint (its name spelt "
+                  f"otherwise in an earlier answer): {fmt(on['first_matched'])}")
             if args.compare:
                 off = figures["without"]
                 first_ok = (on["first"] or 0) >= (off["first"] or 0)
@@ -321,6 +337,11 @@ def main() -> int:
                       f"first-seen no worse with learning: {verdict(first_ok)}")
                 print(f"  per field, seen before: {off['per_field']['seen']}")
                 print(f"  per field, first-seen:  {off['per_field']['first']}")
+                names = on["matched_first"]
+                if names:
+                    same = sum(off["right_of"][n] for n in names) / (off["fields"] * len(names))
+                    print(f"  the {len(names)} first-seen receipts that matched a fingerprint, without learning: "
+                          f"{same:.3f}")
         if args.cost:
             print(f"cost: {args.rounds} extractions of a text-layer PDF without, then with {args.cost} learned "
                   "examples", flush=True)
