@@ -126,7 +126,9 @@ class ResultMetaOut(ApiModel):
     model: str | None = Field(description="the AI model; null for rules")
     durationMs: float
     fields: dict[str, dict[str, Any]] = Field(
-        description="each value's JSON pointer → {confidence 0..1, page, bbox?, text}: where the document says it")
+        description="each value's JSON pointer → {confidence 0..1, page, bbox?, text}: where the document says it; "
+        "a value read with what corrections taught also has learnedFrom (the learned example's id, "
+        "GET /api/schemas/{schema_id}/examples) and learnedExamples (how many of the issuer's examples agreed)")
     usage: dict[str, int] | None = Field(default=None, description="AI providers: requests, inputTokens, outputTokens")
     complete: bool = Field(description="false: required values were not found (see missing); the job needs a person")
     missing: list[str] = Field(description="the JSON pointers of the required values not found (/address, "
