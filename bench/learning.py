@@ -156,17 +156,17 @@ def stream(daemon: Daemon, files: list[Path], samples: Path, every: int) -> dict
                 right = bool(scorer.same(kind, answer[name], result.get(name)))
                 tally[which][0] += right
                 tally[which][1] += 1
+                per_field[which][name][0] += right
+                per_field[which][name][1] += 1
+                if "learnedFrom" in evidence.get(f"/{name}", {}):
+                    learned[0] += 1
+                    learned[1] += right
                 if which == "first" and matched:
                     tally["first_matched"][0] += right
                     tally["first_matched"][1] += 1
                 right_of[path.name] = right_of.get(path.name, 0) + right
             if which == "first" and matched:
                 matched_first.append(path.name)
-                per_field[which][name][0] += right
-                per_field[which][name][1] += 1
-                if "learnedFrom" in evidence.get(f"/{name}", {}):
-                    learned[0] += 1
-                    learned[1] += right
             seen.add(issuer)
             r = client.patch(f"/api/jobs/{job['id']}/result", json={"result": correction(scorer, answer)},
                              headers=headers)
