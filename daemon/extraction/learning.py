@@ -58,7 +58,7 @@ _FINGERPRINT_LINES = 8
 # tax or telephone number (a number of 6+ digits on a line that names it).
 MIN_SHARED = 2
 # A learned constant is taken when the new header prints this share of its characters.
-MIN_COVERAGE = 0.9
+MIN_COVERAGE = 0.95
 # Examples of an issuer read at most (the closest first): beyond a handful, more agree
 # with no more to teach, and each costs a pass over the document's lines.
 MAX_EXAMPLES = 5
