@@ -204,6 +204,13 @@ class ReviewConfig:
 
 
 @dataclass(frozen=True)
+class LearningConfig:
+    # Off: no job is read with learned examples and no correction teaches one (README
+    # "Learning from corrections"); a schema turns it off alone with "x-docex-learning": false.
+    enabled: bool = _setting(True, doc="corrections and approvals teach how each issuer's documents read")
+
+
+@dataclass(frozen=True)
 class InboxesConfig:
     """Watched inboxes (README "Watched inboxes"): folders whose new files become jobs."""
 
@@ -257,6 +264,7 @@ class Config:
     google: GoogleConfig = field(default_factory=GoogleConfig)
     integrations: IntegrationsConfig = field(default_factory=IntegrationsConfig)
     review: ReviewConfig = field(default_factory=ReviewConfig)
+    learning: LearningConfig = field(default_factory=LearningConfig)
     inboxes: InboxesConfig = field(default_factory=InboxesConfig)
 
     @property

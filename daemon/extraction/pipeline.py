@@ -25,7 +25,7 @@ import math
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -36,6 +36,7 @@ import trio_parallel
 
 from daemon.config import PROVIDERS, Config
 from daemon.errors import PermanentJobError
+from daemon.extraction import learning
 from daemon.extraction.document import Document
 from daemon.extraction.parsers.base import ParseOptions
 from daemon.extraction.parsers.rapidocr import rapidocr_version
@@ -54,6 +55,14 @@ class Extraction:
     # resultMeta: provider, model, durationMs, fields{pointer: evidence}, usage?, complete, missing
     meta: dict[str, Any]
     page_count: int
+    # What the job keeps for learning ({"keys", "lines"}: `daemon.extraction.learning`);
+    # None when learning is off for it.
+    reading: dict[str, Any] | None = None
+
+
+# The learned examples of a document's issuer, from its fingerprint keys (the caller's
+# user and schema): `learning.matches` of what the database holds.
+LearnedLookup = Callable[[list[str]], Awaitable[list[learning.Match]]]
 
 
 def provider_name(definition: dict[str, Any], config: Config) -> str:
@@ -96,6 +105,7 @@ async def extract(
     config: Config,
     *,
     client: httpx.AsyncClient | None = None,
+    learned: LearnedLookup | None = None,
 ) -> Extraction:
     """Turn the file at `path` into a result for `definition`.
 
@@ -105,6 +115,8 @@ async def extract(
         definition: the schema's JSON Schema definition.
         config: the effective configuration (limits, provider settings).
         client: the HTTP client for AI providers; one is opened per call if None.
+        learned: finds the learned examples of the document's issuer; None when
+            learning is off for this job (nothing is then read with them, nor kept).
 
     Returns:
         the result, which matches the schema but may lack required values
@@ -127,23 +139,36 @@ async def extract(
         outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema,
                                   timeout_s=config.extraction.parse_timeout_s)
         assert isinstance(outcome, RulesOutcome)
+        result, fields, reading = outcome.result, outcome.fields, None
+        if learned is not None:
+            reading = _reading(outcome.reading)
+            matched = await learned(reading["keys"])
+            if matched:
+                result, fields = await trio.to_thread.run_sync(
+                    learning.apply, outcome.reading, schema, matched, result, fields)
         meta: dict[str, Any] = {
             "provider": "rules",
             "model": None,
             "durationMs": _ms_since(started),
-            "fields": outcome.fields,
+            "fields": fields,
         }
-        return _judged(definition, Extraction(result=outcome.result, meta=meta, page_count=outcome.page_count))
+        return _judged(definition, Extraction(result=result, meta=meta, page_count=outcome.page_count,
+                                              reading=reading))
 
     document = await in_worker(parse_document, str(path), mime_type, options,
                                timeout_s=config.extraction.parse_timeout_s)
     assert isinstance(document, Document)
     provider = make_provider(name, config)
+    reading = None
+    examples = ""  # the issuer's learned examples, as worked examples for the prompt (bounded)
+    if learned is not None:
+        reading = _reading(learning.reading_of(document))
+        examples = learning.worked_examples(await learned(reading["keys"]))
     if client is None:
         async with httpx.AsyncClient(follow_redirects=False) as own:
-            output = await provider.extract(document, schema, own)
+            output = await provider.extract(document, schema, own, examples=examples)
     else:
-        output = await provider.extract(document, schema, client)
+        output = await provider.extract(document, schema, client, examples=examples)
     fields = await trio.to_thread.run_sync(_evidence, document, schema, output)
     meta = {
         "provider": name,
@@ -153,7 +178,12 @@ async def extract(
     }
     if output.usage is not None:
         meta["usage"] = output.usage
-    return _judged(definition, Extraction(result=output.result, meta=meta, page_count=document.page_count))
+    return _judged(definition, Extraction(result=output.result, meta=meta, page_count=document.page_count,
+                                          reading=reading))
+
+
+def _reading(lines: list[list[Any]]) -> dict[str, Any]:
+    return {"keys": learning.fingerprint(lines), "lines": lines}
 
 
 def _judged(definition: dict[str, Any], extraction: Extraction) -> Extraction:
@@ -170,7 +200,7 @@ def _judged(definition: dict[str, Any], extraction: Extraction) -> Extraction:
             found.append("required values not found: " + ", ".join(check.missing[:20]))
         raise PermanentJobError("RESULT_INVALID", "Result does not match the schema: " + "; ".join(found))
     return Extraction(result=extraction.result, meta={**extraction.meta, **completeness(check.missing)},
-                      page_count=extraction.page_count)
+                      page_count=extraction.page_count, reading=extraction.reading)
 
 
 def make_provider(name: str, config: Config) -> AIProvider:

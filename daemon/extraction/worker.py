@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from daemon.errors import JobError
 from daemon.extraction.document import Document
+from daemon.extraction.learning import reading_of
 from daemon.extraction.parsers import ParseOptions, heap, parse
 
 T = TypeVar("T")
@@ -37,6 +38,8 @@ class RulesOutcome:
     page_count: int
     result: dict[str, Any]
     fields: dict[str, Any]
+    # What learning keeps of the document (`daemon.extraction.learning.reading_of`).
+    reading: list[list[Any]]
 
 
 def _collector_paused(fn: Callable[..., T], *args: Any) -> T:
@@ -122,7 +125,7 @@ def _extract_with_rules(path: str, mime_type: str, options: ParseOptions,
     except Exception as exc:
         return Failure("INTERNAL_ERROR", f"the rules provider failed ({type(exc).__name__})",
                        traceback.format_exc())
-    return RulesOutcome(document.page_count, result, fields)
+    return RulesOutcome(document.page_count, result, fields, reading_of(document))
 
 
 def probe() -> str | None:

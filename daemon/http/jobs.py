@@ -22,6 +22,8 @@ from sqlalchemy.exc import IntegrityError
 from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
 from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from daemon.extraction import learning
+from daemon.extraction.pipeline import schema_of
 from daemon.http.context import no_content, services
 from daemon.http.models import ApiModel
 from daemon.http.openapi import FileBytes, NoContent, error_responses, request_bodies
@@ -33,9 +35,10 @@ from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun, job_json, run_json
 from daemon.jobs.upload import StoredFile, Upload, receive_upload
-from daemon.schemas.definition import check_result, incomplete_fails
+from daemon.schemas.definition import check_result, incomplete_fails, learning_on
 from daemon.storage.ids import looks_like_id
 from daemon.storage.repos import jobs as repo
+from daemon.storage.repos import learning as learning_repo
 from daemon.storage.repos.accounts import Role
 from daemon.storage.repos.jobs import JobFilter, NewJob
 from daemon.storage.repos.schemas import get_schema
@@ -123,7 +126,9 @@ class ResultMetaOut(ApiModel):
     model: str | None = Field(description="the AI model; null for rules")
     durationMs: float
     fields: dict[str, dict[str, Any]] = Field(
-        description="each value's JSON pointer → {confidence 0..1, page, bbox?, text}: where the document says it")
+        description="each value's JSON pointer → {confidence 0..1, page, bbox?, text}: where the document says it; "
+        "a value read with what corrections taught also has learnedFrom (the learned example's id, "
+        "GET /api/schemas/{schema_id}/examples) and learnedExamples (how many of the issuer's examples agreed)")
     usage: dict[str, int] | None = Field(default=None, description="AI providers: requests, inputTokens, outputTokens")
     complete: bool = Field(description="false: required values were not found (see missing); the job needs a person")
     missing: list[str] = Field(description="the JSON pointers of the required values not found (/address, "
@@ -536,6 +541,7 @@ async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
             raise BadRequest(problems)
         missing = check.missing
     job = await services().db.run(repo.patch_result, user_id, job_id, data.result, missing, utcnow())
+    await _learn_from(job)
     return job_json(job)
 
 
@@ -549,7 +555,24 @@ async def approve_job(job_id: str) -> dict[str, Any]:
     principal = current_principal()
     owner = None if principal.role == Role.ADMIN else principal.user_id
     job = await services().db.run(repo.approve_job, job_id, owner, principal.user_id, utcnow())
+    await _learn_from(job)
     return job_json(job)
+
+
+async def _learn_from(job: Job) -> None:
+    """Record what `job`'s confirmed result teaches, for its owner and schema (issue #16):
+    nothing when learning is off for it or it kept no reading (learning was off when it ran)."""
+    svc = services()
+    schema = await svc.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
+    if schema is None or job.result is None or not learning_on(schema.definition, svc.config.learning.enabled):
+        return
+    reading = await svc.db.read(learning_repo.job_reading, job.id)
+    if reading is None:
+        return
+    lessons = await trio.to_thread.run_sync(learning.learn, reading.get("lines") or [], job.result,
+                                            schema_of(schema.definition))
+    await svc.db.run(learning_repo.record_example, user_id=job.user_id, schema_id=job.schema_id, job_id=job.id,
+                     fields=lessons, keys=reading.get("keys") or [], now=utcnow())
 
 
 @blueprint.delete("/jobs/<job_id>")

@@ -24,6 +24,7 @@ from daemon.schemas.convert import (
     schema_to_fields,
 )
 from daemon.schemas.definition import MAX_PROPERTIES, check_definition
+from daemon.storage.repos import learning as learning_repo
 from daemon.storage.repos import schemas as repo
 
 blueprint = Blueprint("schemas", __name__, url_prefix="/api")
@@ -82,6 +83,24 @@ class SchemaOut(ApiModel):
 
 class SchemaPage(ApiModel):
     data: list[SchemaOut]
+    nextCursor: str | None
+
+
+class ExampleOut(ApiModel):
+    """What one confirmed result (a correction or an approval) taught about its issuer."""
+
+    id: str
+    schemaId: str
+    jobId: str = Field(description="the job whose confirmed result taught it")
+    fields: dict[str, Any] = Field(description="per JSON pointer: the confirmed `value`, whether the issuer prints "
+                                   "it the same on every document (`constant`), and `spots`: the label it stood "
+                                   "after (`where` right) or the line it stood under (`where` below), and its height "
+                                   "on the page (`y`)")
+    createdAt: str
+
+
+class ExamplePage(ApiModel):
+    data: list[ExampleOut]
     nextCursor: str | None
 
 
@@ -184,6 +203,40 @@ async def delete_schema(schema_id: str) -> Response:
     """Soft-delete: jobs already queued on it fail with SCHEMA_NOT_FOUND."""
     if not await services().db.run(repo.delete_schema, current_principal().user_id, schema_id, utcnow()):
         raise NotFound("Schema not found")
+    return no_content()
+
+
+def example_json(row: Any) -> dict[str, Any]:
+    return {"id": row.id, "schemaId": row.schema_id, "jobId": row.job_id, "fields": row.fields,
+            "createdAt": iso(row.created_at)}
+
+
+async def _own_schema(schema_id: str) -> str:
+    """The caller's id, once `schema_id` is one of their schemas (404 otherwise)."""
+    user_id = current_principal().user_id
+    if await services().db.read(repo.get_schema, user_id, schema_id, include_deleted=True) is None:
+        raise NotFound("Schema not found")
+    return user_id
+
+
+@blueprint.get("/schemas/<schema_id>/examples")
+@validate_querystring(PageQuery)
+@document_response(ExamplePage)
+async def list_examples(schema_id: str, query_args: PageQuery) -> dict[str, Any]:
+    """The examples the caller's corrections and approvals taught for this schema, newest first."""
+    user_id = await _own_schema(schema_id)
+    rows = await services().db.read(learning_repo.list_examples, user_id, schema_id, query_args.limit,
+                                    query_args.cursor)
+    return page(rows, query_args.limit, example_json)
+
+
+@blueprint.delete("/schemas/<schema_id>/examples/<example_id>")
+@document_response(NoContent, 204)
+async def delete_example(schema_id: str, example_id: str) -> Response:
+    """Forget one learned example: later documents are read without it."""
+    user_id = await _own_schema(schema_id)
+    if not await services().db.run(learning_repo.delete_example, user_id, schema_id, example_id):
+        raise NotFound("Example not found")
     return no_content()
 
 

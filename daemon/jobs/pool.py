@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 import trio
@@ -32,15 +32,18 @@ import trio
 from daemon.clock import utcnow
 from daemon.config import Config
 from daemon.errors import JobError, PermanentJobError, TransientJobError
-from daemon.extraction.pipeline import Extraction, extract
+from daemon.extraction import learning
+from daemon.extraction.pipeline import Extraction, LearnedLookup, extract
 from daemon.integrations.fetch import FetchedFile, fetch_file
 from daemon.jobs.models import ErrorCode, JobStatus
 from daemon.jobs.records import Job
 from daemon.jobs.retry import job_retry_at
 from daemon.leasing import final_write, given_back_if_cancelled, idle_delay, owner_id, poll_interval
+from daemon.schemas.definition import learning_on
 from daemon.services import Services
 from daemon.storage.blobs import BlobStoreError
 from daemon.storage.repos import jobs as repo
+from daemon.storage.repos import learning as learning_repo
 from daemon.storage.repos.schemas import get_schema
 from daemon.wakeup import Wakeup, wait_any
 
@@ -153,7 +156,8 @@ async def _attempt(services: Services, job: Job) -> Extraction | JobError:
                 path = await stack.enter_async_context(services.blobs.open_local(job.blob_key))
             except FileNotFoundError:
                 raise PermanentJobError(ErrorCode.INTERNAL_ERROR, "The uploaded file is missing from storage") from None
-            return await extract(path, job.mime_type, schema.definition, config, client=services.ai_client())
+            return await extract(path, job.mime_type, schema.definition, config, client=services.ai_client(),
+                                 learned=_learned_lookup(services, job, schema.definition))
     except JobError as error:
         return error
     except BlobStoreError as exc:
@@ -161,6 +165,19 @@ async def _attempt(services: Services, job: Job) -> Extraction | JobError:
     except Exception as exc:  # a bug, not the document: fail the job, keep the worker
         log.exception("job attempt crashed", extra={"action": "job.crashed", "job_id": job.id})
         return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
+
+
+def _learned_lookup(services: Services, job: Job, definition: dict[str, Any]) -> LearnedLookup | None:
+    """How `job` finds the examples its owner's corrections taught for its schema; None
+    when learning is off (``learning.enabled``, the schema's ``x-docex-learning``)."""
+    if not learning_on(definition, services.config.learning.enabled):
+        return None
+
+    async def lookup(keys: list[str]) -> list[learning.Match]:
+        rows = await services.db.read(learning_repo.closest_examples, job.user_id, job.schema_id, keys)
+        return learning.matches([learning.Match(*row) for row in rows])
+
+    return lookup
 
 
 def _blob_store_failed(exc: BlobStoreError) -> JobError:
@@ -179,6 +196,7 @@ async def _record(services: Services, job: Job, owner: str, outcome: Extraction 
             result=outcome.result,
             meta=outcome.meta,
             page_count=outcome.page_count,
+            reading=outcome.reading,
             now=now,
         )
         label = "completed" if outcome.meta["complete"] else "incomplete"

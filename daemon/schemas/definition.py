@@ -5,7 +5,8 @@ A definition is a JSON Schema, draft 2020-12, of this shape and nothing more::
 
     root      {"type": "object", "properties": {name: property, ...}, "required"?: [name, ...],
                "$schema"?: DIALECT, "title"?, "description"?,
-               "x-docex-provider"?: PROVIDERS, "x-docex-incomplete"?: "complete" | "fail"}
+               "x-docex-provider"?: PROVIDERS, "x-docex-incomplete"?: "complete" | "fail",
+               "x-docex-learning"?: true | false}
     property  a scalar, an object or an array, each with an optional "title" and "description"
     scalar    {"type": "string" | "number" | "integer" | "boolean", "enum"?: [value, ...],
                "format"?: "date" | "date-time" | "email" | "uri"}      (format on strings only)
@@ -45,6 +46,9 @@ PROVIDER_KEYWORD = "x-docex-provider"
 # finish; "fail" fails it with RESULT_INVALID.
 INCOMPLETE_KEYWORD = "x-docex-incomplete"
 INCOMPLETE_POLICIES = ("complete", "fail")
+# Top-level keyword turning learning from corrections off for one schema (issue #16):
+# false, and its jobs neither read with learned examples nor teach new ones.
+LEARNING_KEYWORD = "x-docex-learning"
 TYPES = ("string", "number", "integer", "boolean", "object", "array")
 SCALAR_TYPES = ("string", "number", "integer", "boolean")
 ITEM_TYPES = (*SCALAR_TYPES, "object")  # no arrays of arrays
@@ -63,7 +67,7 @@ MAX_RESULT_ERRORS = 100
 MAX_MESSAGE_CHARS = 300
 
 ROOT_KEYWORDS = ("$schema", "type", "title", "description", "properties", "required", PROVIDER_KEYWORD,
-                 INCOMPLETE_KEYWORD)
+                 INCOMPLETE_KEYWORD, LEARNING_KEYWORD)
 PROPERTY_KEYWORDS = ("type", "title", "description", "format", "enum", "properties", "required", "items")
 ITEM_KEYWORDS = ("type", "format", "enum", "properties", "required")
 
@@ -157,6 +161,8 @@ class _Walk:
             self.add((PROVIDER_KEYWORD,), f"must be one of {', '.join(PROVIDERS)}")
         if INCOMPLETE_KEYWORD in node and node[INCOMPLETE_KEYWORD] not in INCOMPLETE_POLICIES:
             self.add((INCOMPLETE_KEYWORD,), f"must be one of {', '.join(INCOMPLETE_POLICIES)}")
+        if LEARNING_KEYWORD in node and not isinstance(node[LEARNING_KEYWORD], bool):
+            self.add((LEARNING_KEYWORD,), "must be true or false")
         self.texts(node, ())
         self.members(node, (), depth=1)
 
@@ -339,6 +345,12 @@ class ResultCheck:
 
     problems: list[str]
     missing: list[str]
+
+
+def learning_on(definition: dict[str, Any], enabled: bool) -> bool:
+    """Whether jobs of `definition` learn from corrections: `enabled` (``learning.enabled``)
+    unless the definition says ``"x-docex-learning": false``."""
+    return enabled and definition.get(LEARNING_KEYWORD) is not False
 
 
 def incomplete_fails(definition: dict[str, Any]) -> bool:

@@ -168,6 +168,10 @@ jobs = sa.Table(
     # The lowest confidence among the result's values (a person's own value counts as
     # certain), so that the review queue (GET /api/jobs?review=pending) is an indexed filter.
     sa.Column("min_confidence", sa.Float),
+    # What learning keeps of the document (daemon.extraction.learning): {"keys": the issuer's
+    # fingerprint, "lines": the first pages' lines with their boxes}, so that a correction
+    # teaches without parsing (or OCR-reading) the file again. NULL when learning was off.
+    sa.Column("reading", sa.JSON),
     sa.Column("error_message", sa.Text),
     sa.Column("error_code", sa.String(40)),
     sa.Column("created_at", UTCDateTime, nullable=False),
@@ -303,6 +307,40 @@ integrations = sa.Table(
     sa.Column("oauth_nonce", sa.String(64)),
     sa.Column("created_at", UTCDateTime, nullable=False),
     sa.Column("updated_at", UTCDateTime, nullable=False),
+)
+
+
+# --- learning from corrections (issue #16) ---------------------------------------------
+
+# What a confirmed result taught about its issuer, per user and schema: `fields` holds one
+# lesson per JSON pointer (daemon.extraction.learning.learn). One per job: a later
+# correction of the job replaces it.
+learned_examples = sa.Table(
+    "learned_examples",
+    metadata,
+    _id(primary_key=True),
+    _id("user_id", sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    _id("schema_id", nullable=False),
+    _id("job_id", nullable=False),
+    sa.Column("fields", sa.JSON, nullable=False),
+    sa.Column("keys", sa.JSON, nullable=False),
+    sa.Column("created_at", UTCDateTime, nullable=False),
+    # GET /api/schemas/:id/examples pages by id; a correction finds its job's example.
+    sa.Index("ix_learned_examples_schema", "user_id", "schema_id", "id"),
+    sa.Index("ix_learned_examples_job", "job_id"),
+)
+
+# The fingerprint keys of each example, indexed: a new document's keys find the examples
+# of its issuer without scanning the others.
+learned_keys = sa.Table(
+    "learned_keys",
+    metadata,
+    _id("example_id", sa.ForeignKey("learned_examples.id", ondelete="CASCADE"), nullable=False),
+    _id("user_id", nullable=False),
+    _id("schema_id", nullable=False),
+    sa.Column("key", sa.String(40), nullable=False),
+    sa.PrimaryKeyConstraint("example_id", "key"),
+    sa.Index("ix_learned_keys_lookup", "user_id", "schema_id", "key"),
 )
 
 

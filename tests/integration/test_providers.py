@@ -556,3 +556,50 @@ async def test_through_the_pool_a_lacking_answer_completes_and_a_wrong_one_fails
     assert failed["errorMessage"].startswith("Result does not match the schema: /total: 'twelve' is not of type")
     assert failed["attempts"] == 1  # not retried: asking again gives the same answer
     assert [row.type for row in await events_of(services, job_id=wrong["id"])][-1] == "job.failed"
+
+
+# --- learning from corrections (issue #16) ------------------------------------------------------
+
+RECEIPT_SCHEMA: dict[str, Any] = {"type": "object", "properties": {
+    "shop": {"type": "string"}, "receipt_number": {"type": "string"}, "total": {"type": "number"}}}
+
+
+def receipt(head: str, number: str) -> bytes:
+    return f"{head}\nUSt-IdNr DE123456789\nBon {number}\nKaffee 3.50\nSumme EUR 7.70\n".encode()
+
+
+def system_prompt(provider: str, request: Recorded) -> str:
+    return str(request.body["messages"][0]["content"] if provider == "openai" else request.body["system"])
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_correction_reaches_the_prompt_of_the_issuers_next_document_as_a_worked_example(
+        server: FakeServer, services: Services, app: Any, provider: str) -> None:
+    from jobs_helpers import create_job, create_schema, register, running_workers, wait_for_status
+
+    services.apply_config(dataclasses.replace(services.config, openai=openai_config(server),
+                                              anthropic=anthropic_config(server)))
+    server.respond = lambda request: answer(provider, {"shop": "KAFFEEHAUS MUELLER GMBH", "total": 7.7})
+    api = app.test_client()
+    alice = await register(api)
+    schema_id = await create_schema(api, alice, {**RECEIPT_SCHEMA, "x-docex-provider": provider})
+
+    async def run(data: bytes) -> dict[str, Any]:
+        job = await create_job(api, alice, schema_id, data)
+        async with running_workers(services, workers=1):
+            done = await wait_for_status(api, alice, job["id"], "COMPLETED", "FAILED")
+        assert done["status"] == "COMPLETED", done
+        return done
+
+    first = await run(receipt("KAFFEEHAUS MUELLER GMBH", "4711-A"))
+    assert "Earlier documents" not in system_prompt(provider, server.requests[-1])
+    r = await api.patch(f"/api/jobs/{first['id']}/result", headers=alice,
+                        json={"result": {**first["result"], "receipt_number": "4711-A"}})
+    assert r.status_code == 200
+
+    await run(receipt("KAFFEEHAUS MUELLER GMBH", "5823-B"))
+    prompt = system_prompt(provider, server.requests[-1])
+    assert '"/receipt_number": "4711-A"' in prompt and '/receipt_number stood after "BON"' in prompt
+    # Another issuer's document gets no example.
+    await run(receipt("BAECKEREI SCHMIDT KG\nBahnhofstrasse 3", "9999-C").replace(b"DE123456789", b"DE987654321"))
+    assert "4711-A" not in system_prompt(provider, server.requests[-1])

@@ -19,10 +19,10 @@ from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 from daemon.extraction.providers.base import ProviderOutput
 from daemon.extraction.providers.llm import (
-    INSTRUCTIONS,
     MAX_OUTPUT_TOKENS,
     ask_in_chunks,
     classify_response,
+    instructions_with,
     transport_error,
 )
 
@@ -39,18 +39,18 @@ class AnthropicProvider:
         self._key = config.api_key.reveal() if config.api_key is not None else None
 
     async def extract(self, document: Document, definition: dict[str, Any],
-                      client: httpx.AsyncClient) -> ProviderOutput:
-        ask = functools.partial(self._ask, client, definition)
+                      client: httpx.AsyncClient, *, examples: str = "") -> ProviderOutput:
+        ask = functools.partial(self._ask, client, definition, instructions_with(examples))
         return await ask_in_chunks("anthropic", self.config.model, document, ask)
 
-    async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any],
+    async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any], instructions: str,
                    text: str) -> tuple[dict[str, Any], list[dict[str, int]]]:
         schema = {k: v for k, v in definition.items() if k != "$schema"}
         body = {
             "model": self.config.model,
             "max_tokens": MAX_OUTPUT_TOKENS,
             "temperature": 0,
-            "system": INSTRUCTIONS,
+            "system": instructions,
             "messages": [{"role": "user", "content": text}],
             "tools": [{
                 "name": TOOL,

@@ -35,8 +35,9 @@ class AIProvider(Protocol):
     name: str
 
     async def extract(self, document: Document, definition: dict[str, Any],
-                      client: httpx.AsyncClient) -> ProviderOutput:
-        """The result for `definition` read from `document`.
+                      client: httpx.AsyncClient, *, examples: str = "") -> ProviderOutput:
+        """The result for `definition` read from `document`; `examples` is prompt text of
+        worked examples of the document's issuer (`learning.worked_examples`), if any.
 
         Raises:
             TransientJobError: timeouts, rate limits and server errors (retryable).

@@ -42,6 +42,11 @@ INSTRUCTIONS = (
 )
 
 
+def instructions_with(examples: str) -> str:
+    """The system prompt, with the issuer's worked examples after it when there are some."""
+    return f"{INSTRUCTIONS}\n\n{examples}" if examples else INSTRUCTIONS
+
+
 class ContextTooLong(Exception):
     """The server refused the prompt as longer than the model's context."""
 

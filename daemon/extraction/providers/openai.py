@@ -27,11 +27,11 @@ from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
 from daemon.extraction.providers.base import ProviderOutput
 from daemon.extraction.providers.llm import (
-    INSTRUCTIONS,
     MAX_OUTPUT_TOKENS,
     ask_in_chunks,
     classify_response,
     drop_nulls,
+    instructions_with,
     parse_json_answer,
     strict_schema,
     transport_error,
@@ -51,14 +51,14 @@ class OpenAIProvider:
         self._key = config.api_key.reveal() if config.api_key is not None else None
 
     async def extract(self, document: Document, definition: dict[str, Any],
-                      client: httpx.AsyncClient) -> ProviderOutput:
-        ask = functools.partial(self._ask, client, definition)
+                      client: httpx.AsyncClient, *, examples: str = "") -> ProviderOutput:
+        ask = functools.partial(self._ask, client, definition, instructions_with(examples))
         return await ask_in_chunks("openai", self.config.model, document, ask)
 
-    async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any],
+    async def _ask(self, client: httpx.AsyncClient, definition: dict[str, Any], instructions: str,
                    text: str) -> tuple[dict[str, Any], list[dict[str, int]]]:
         if self.config.base_url not in _NO_JSON_SCHEMA:
-            messages = [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": text}]
+            messages = [{"role": "system", "content": instructions}, {"role": "user", "content": text}]
             body = self._body(messages, {
                 "type": "json_schema",
                 "json_schema": {"name": "extraction", "strict": True, "schema": strict_schema(definition)},
@@ -68,13 +68,13 @@ class OpenAIProvider:
                 data = self._check(response)
                 return parse_json_answer(_content(data)), [_usage(data)]
             _NO_JSON_SCHEMA.add(self.config.base_url)
-        return await self._ask_json_mode(client, definition, text)
+        return await self._ask_json_mode(client, definition, instructions, text)
 
-    async def _ask_json_mode(self, client: httpx.AsyncClient, definition: dict[str, Any],
+    async def _ask_json_mode(self, client: httpx.AsyncClient, definition: dict[str, Any], instructions: str,
                              text: str) -> tuple[dict[str, Any], list[dict[str, int]]]:
-        instructions = (f"{INSTRUCTIONS}\nAnswer with one JSON object only, valid against this JSON Schema:\n"
-                        f"{json.dumps(definition)}")
-        messages: list[dict[str, str]] = [{"role": "system", "content": instructions},
+        json_mode = (f"{instructions}\nAnswer with one JSON object only, valid against this JSON Schema:\n"
+                     f"{json.dumps(definition)}")
+        messages: list[dict[str, str]] = [{"role": "system", "content": json_mode},
                                           {"role": "user", "content": text}]
         data = self._check(await self._post(client, self._body(messages, {"type": "json_object"})))
         usages = [_usage(data)]

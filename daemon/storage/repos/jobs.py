@@ -402,9 +402,11 @@ def complete_job(
     meta: dict[str, Any],
     page_count: int | None,
     now: dt.datetime,
+    reading: dict[str, Any] | None = None,
 ) -> Job | None:
     """RUNNING → COMPLETED, if we still hold the lease (else None: someone else has it now).
-    `meta` is the whole resultMeta, its `complete` and `missing` included."""
+    `meta` is the whole resultMeta, its `complete` and `missing` included; `reading` what
+    learning keeps of the document (`daemon.extraction.learning`)."""
     done = conn.execute(
         jobs.update()
         .where(_held(owner, job_id))
@@ -415,6 +417,7 @@ def complete_job(
             result_complete=meta["complete"],
             min_confidence=least_confidence(meta.get("fields") or {}),
             page_count=page_count,
+            reading=reading,
             error_code=None,
             error_message=None,
             finished_at=now,

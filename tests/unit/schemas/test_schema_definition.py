@@ -98,7 +98,8 @@ def test_a_full_invoice_schema_is_valid() -> None:
      "type, title, description, format, enum, properties, required, items"),
     (schema({"a": {"type": "string"}}, additionalProperties=False),
      "definition.additionalProperties is not supported: the root of a schema may only use "
-     "$schema, type, title, description, properties, required, x-docex-provider, x-docex-incomplete"),
+     "$schema, type, title, description, properties, required, x-docex-provider, x-docex-incomplete, "
+         "x-docex-learning"),
     (schema({"a": {"type": "string"}}, **{"x-docex-incomplete": "partial"}),
      'definition["x-docex-incomplete"] must be one of complete, fail'),
     (schema({"a": {"type": "string"}}, **{"x-docex-incomplete": True}),

@@ -1,0 +1,523 @@
+"""Learning from corrections (pure): what a confirmed result teaches about its issuer,
+and a new document of that issuer read with it first.
+
+    job's reading ──fingerprint──▶ keys (indexed: learned_keys)
+    reading + confirmed result ──learn──▶ an example {pointer: lesson}
+    new reading + the examples its keys match ──apply──▶ result, resultMeta.fields
+
+A *reading* is what a job keeps of its document for this (`reading_of`): the text
+lines of its first pages with their page and box (fractions of the page), at most
+`MAX_LINES`, so that a correction never parses the file again.
+
+The *fingerprint* of a document is a set of keys an issuer prints the same on every
+document: its registration, tax and telephone numbers (``r:``) and its header lines
+(``h:``, the top lines of page 1 reduced to letters and digits). Another document
+matches an example when they share `MIN_SHARED` keys, or one number.
+
+A *lesson* per confirmed value (`learn`):
+
+- ``constant``: a string value printed in the header (a shop's name or address): the
+  next document gets it as confirmed when its header prints it too (`coverage` at
+  least `MIN_COVERAGE`), which is what OCR noise and a wrong guess of the generic
+  rules cannot spoil;
+- ``spots``: where the value stood: the words before it on its line (its label), else
+  the line above it, and its box on the page. The next document's value is read after
+  the same label, with the field's pattern (a date, an amount, the shape of a code);
+  each example votes for the value its spots read, and the value most spots agree on
+  wins (a receipt's total is after TOTAL, ROUNDED and often CASH: the majority holds
+  when the cash paid differs).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from difflib import SequenceMatcher
+from typing import Any, NamedTuple
+
+from daemon.extraction.document import Document
+from daemon.extraction.providers.rules.values import find_amounts, find_dates, find_integers
+
+# A reading's line: [text, page (1-based), x0, y0, x1, y1], the box as fractions of the page.
+ReadingLine = list[Any]
+
+# What a job keeps of its document (≈ 25 KB as JSON): a receipt has 30-80 lines, an
+# invoice's first page 40-120; what learning reads (labels, header) is on the first pages.
+MAX_LINES = 400
+# The header: the top lines of page 1, where an issuer prints its name, address and numbers.
+HEADER_LINES = 15
+# Header lines that fingerprint an issuer: enough letters to be words, not OCR specks.
+_MIN_LETTERS = 6
+_FINGERPRINT_LINES = 8
+# Two documents are of one issuer when they share this many keys, or one registration,
+# tax or telephone number (a number of 6+ digits on a line that names it).
+MIN_SHARED = 2
+# A learned constant is taken when the new header prints this share of its characters.
+MIN_COVERAGE = 0.95
+# Examples of an issuer read at most (the closest first): beyond a handful, more agree
+# with no more to teach, and each costs a pass over the document's lines.
+MAX_EXAMPLES = 5
+# A string value longer than this is not read by its shape (a code, a reference), only as
+# a constant: a name or an address is not a pattern.
+MAX_CODE_CHARS = 40
+# Worked examples an AI provider's prompt gets at most: the closest of the issuer, in
+# this many characters (a few hundred tokens, beside a document of thousands).
+MAX_PROMPT_EXAMPLES = 3
+MAX_PROMPT_CHARS = 2000
+# A label read with OCR noise still matches one learned at this similarity.
+_LABEL_SIMILARITY = 0.8
+
+_NUMBER_LABEL = re.compile(
+    r"\b(GST|VAT|SST|TAX|REG|REGN|REGISTRATION|CO|COMPANY|ROC|TIN|ABN|UEN|BRN|SIRET|SIREN|UST|TEL|PHONE|FAX|"
+    r"HP|ID|NO)\b")
+_LONG_NUMBER = re.compile(r"\d[\d\- ]{4,}\d")
+# Malaysian and Singaporean company numbers print their check letter: "(1034322-V)".
+_COMPANY_NUMBER = re.compile(r"\b(\d{5,8})-?[A-Z]\b")
+# A price ("3.50", "12,00"): the first line with one ends an issuer's header.
+_PRICE = re.compile(r"\d[.,]\d\d(?!\d)")
+# Lines every receipt prints, which say nothing of its issuer.
+_GENERIC = re.compile(r"^(SIMPLIFIED|TAX|INVOICE|RECEIPT|CASH|BILL|OFFICIAL|SALES|ORDER|COPY|THANK|YOU|AND|"
+                      r"GST|ID|NO|REG|TEL|FAX|DATE|TIME|TABLE|CASHIER|\s)+$")
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """A learned example a document matched: its id, lessons and how many keys they share."""
+
+    example_id: str
+    fields: dict[str, Any]
+    shared: int
+    shared_numbers: int
+
+
+# --- the reading and its fingerprint -----------------------------------------------------
+
+
+def reading_of(document: Document, max_lines: int = MAX_LINES) -> list[ReadingLine]:
+    """The lines of `document`'s first pages with their boxes, at most `max_lines`."""
+    out: list[ReadingLine] = []
+    for page in document.pages:
+        for line in page.lines:
+            if len(out) >= max_lines:
+                return out
+            out.append([line.text, page.number, *page.relative(line.x0, line.y0, line.x1, line.y1)])
+    return out
+
+
+def normalised(text: str) -> str:
+    """Letters and digits only, upper case: what OCR reads the same way twice."""
+    return re.sub(r"[^A-Z0-9]", "", text.upper())
+
+
+def _words(text: str) -> str:
+    """Upper-case words of letters only, one space apart: a label without its noise."""
+    return " ".join(re.findall(r"[A-Z]+", text.upper()))
+
+
+def header(reading: Sequence[ReadingLine]) -> list[str]:
+    """The texts of the top lines of page 1 (at most `HEADER_LINES`), up to the first line
+    with a price: there the sale begins, and what follows is not the issuer's."""
+    out: list[str] = []
+    for line in reading:
+        if line[1] != 1 or len(out) >= HEADER_LINES or _PRICE.search(line[0]):
+            break
+        out.append(line[0])
+    return out
+
+
+def fingerprint(reading: Sequence[ReadingLine]) -> list[str]:
+    """The issuer's keys of a document: ``r:<digits>`` per registration, tax or telephone
+    number in its header, ``h:<hash>`` per distinctive header line. Sorted, unique."""
+    keys: set[str] = set()
+    lines = 0
+    for text in header(reading):
+        upper = text.upper()
+        for match in _COMPANY_NUMBER.finditer(upper):
+            keys.add("r:" + match[1])
+        if _NUMBER_LABEL.search(upper):
+            for match in _LONG_NUMBER.finditer(upper):
+                digits = re.sub(r"\D", "", match[0])
+                if len(digits) >= 6:
+                    keys.add("r:" + digits)
+        words = _words(upper)
+        if lines < _FINGERPRINT_LINES and sum(c.isalpha() for c in words) >= _MIN_LETTERS \
+                and not _GENERIC.match(words):
+            lines += 1
+            keys.add("h:" + hashlib.blake2b(normalised(text).encode(), digest_size=8).hexdigest())
+    return sorted(keys)
+
+
+def matches(candidates: Sequence[Match]) -> list[Match]:
+    """The candidates that are the same issuer, closest (most keys shared) first, at most
+    `MAX_EXAMPLES`; the caller gives them newest first, which breaks ties."""
+    same = [m for m in candidates if m.shared >= MIN_SHARED or m.shared_numbers >= 1]
+    return sorted(same, key=lambda m: -m.shared)[:MAX_EXAMPLES]
+
+
+# --- the schema's scalar fields ----------------------------------------------------------
+
+
+def scalar_fields(schema: dict[str, Any], pointer: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
+    """(JSON pointer, sub-schema) of every string, number or integer property, nested objects included."""
+    props = schema.get("properties")
+    if not isinstance(props, dict):
+        return
+    for name, sub in props.items():
+        if not isinstance(sub, dict):
+            continue
+        path = f"{pointer}/{str(name).replace('~', '~0').replace('/', '~1')}"
+        kind = sub.get("type")
+        if kind == "object" or (kind is None and "properties" in sub):
+            yield from scalar_fields(sub, path)
+        elif kind in ("string", "number", "integer"):
+            yield path, sub
+
+
+def _get(result: dict[str, Any], pointer: str) -> Any:
+    node: Any = result
+    for token in pointer.split("/")[1:]:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(token.replace("~1", "/").replace("~0", "~"))
+    return node
+
+
+def _set(result: dict[str, Any], pointer: str, value: Any) -> None:
+    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:]]
+    node = result
+    for token in tokens[:-1]:
+        nxt = node.get(token)
+        if not isinstance(nxt, dict):
+            nxt = node[token] = {}
+        node = nxt
+    node[tokens[-1]] = value
+
+
+# --- values of a field's kind in a line --------------------------------------------------
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    if schema.get("type") in ("number", "integer"):
+        return str(schema["type"])
+    if schema.get("format") in ("date", "date-time"):
+        return "date"
+    return "text"
+
+
+def _as_date(value: Any) -> dt.date | None:
+    text = str(value)
+    try:
+        return dt.date.fromisoformat(text[:10])
+    except ValueError:
+        found = find_dates(text)
+        return found[0].value if found else None
+
+
+def _shape(value: str) -> str:
+    """A pattern for a code's shape: runs of letters and of digits, what stands between them.
+    No two neighbouring parts can match the same character, so matching is linear."""
+    parts = []
+    for run in re.findall(r"[^\W\d_]+|\d+|\s+|.", value):
+        if run.isdigit():
+            parts.append(r"\d+")
+        elif run.isalpha():
+            parts.append(r"[^\W\d_]+")
+        elif run.isspace():
+            parts.append(r"\s+")
+        else:
+            parts.append(re.escape(run))
+    return "".join(parts)
+
+
+def values_in(kind: str, text: str, shape: str | None = None) -> list[tuple[Any, int, int]]:
+    """(value, start, end) of each value of `kind` in `text`, in order."""
+    if kind == "date":
+        return [(f.value, f.start, f.end) for f in find_dates(text)]
+    if kind == "number":
+        return [(f.value, f.start, f.end) for f in find_amounts(text)]
+    if kind == "integer":
+        return [(f.value, f.start, f.end) for f in find_integers(text)]
+    if shape:
+        return [(m[0], m.start(), m.end()) for m in re.finditer(r"(?<!\w)" + shape + r"(?!\w)", text)]
+    return []
+
+
+def _same(kind: str, a: Any, b: Any) -> bool:
+    if kind in ("number", "integer"):
+        try:
+            return abs(float(a) - float(b)) < 0.005
+        except (TypeError, ValueError):
+            return False
+    if kind == "date":
+        return a is not None and a == b
+    return normalised(str(a)) == normalised(str(b)) != ""
+
+
+def _confirmed(kind: str, value: Any) -> Any:
+    return _as_date(value) if kind == "date" else value
+
+
+# --- learning ----------------------------------------------------------------------------
+
+
+def coverage(value: str, lines: Sequence[str]) -> float:
+    """The share of `value`'s letters and digits found, in runs of 3 or more, in `lines`."""
+    wanted = normalised(value)
+    if not wanted:
+        return 0.0
+    text = normalised(" ".join(lines))
+    blocks = SequenceMatcher(None, wanted, text, autojunk=False).get_matching_blocks()
+    return sum(b.size for b in blocks if b.size >= 3) / len(wanted)
+
+
+def _label_before(reading: Sequence[ReadingLine], index: int, start: int) -> tuple[str, str]:
+    """The label of a value at `start` of line `index`: ("right", words before it on its
+    line), else ("below", the line above's words)."""
+    before = _words(reading[index][0][:start])
+    if before:
+        return "right", before
+    if index > 0 and reading[index - 1][1] == reading[index][1]:
+        return "below", _words(reading[index - 1][0])
+    return "below", ""
+
+
+def _template(text: str, found: list[tuple[Any, int, int]], at: int) -> str:
+    """A line as its words, with ``@`` for the value at `at` and ``#`` for the other values
+    `found` in it (`values_in`):
+    "TOTAL 27.55" is "TOTAL @", the tax summary's "TOTAL : 26.00 1.56" is "TOTAL @ #"."""
+    parts: list[str] = []
+    last = 0
+    for _, start, end in found:
+        parts += [_words(text[last:start]), "@" if start == at else "#"]
+        last = end
+    parts.append(_words(text[last:]))
+    return " ".join(p for p in parts if p)
+
+
+def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    """What a confirmed `result` teaches, per JSON pointer of a scalar field it has a value for:
+    ``{"value", "constant", "spots": [{"where", "label", "y"}], "shape"?}``."""
+    top = header(reading)
+    lessons: dict[str, Any] = {}
+    for pointer, sub in scalar_fields(schema):
+        value = _get(result, pointer)
+        if value is None or isinstance(value, bool):
+            continue
+        kind = _kind(sub)
+        lesson: dict[str, Any] = {"value": value, "constant": False, "spots": []}
+        if kind == "text" and isinstance(value, str):
+            letters = sum(c.isalpha() for c in value)
+            lesson["constant"] = letters >= _MIN_LETTERS and coverage(value, top) >= MIN_COVERAGE
+            if len(value.strip()) <= MAX_CODE_CHARS:
+                lesson["shape"] = _shape(value.strip())
+        wanted = _confirmed(kind, value)
+        for index, line in enumerate(reading):
+            found = values_in(kind, line[0], lesson.get("shape"))
+            for value_found, start, _ in found:
+                if _same(kind, value_found, wanted):
+                    where, label = _label_before(reading, index, start)
+                    if label:
+                        lesson["spots"].append({"where": where, "label": label, "y": line[3],
+                                                "line": _template(line[0], found, start)})
+        lesson["spots"] = lesson["spots"][:8]
+        if lesson["constant"] or lesson["spots"]:
+            lessons[pointer] = lesson
+    return lessons
+
+
+# --- applying ----------------------------------------------------------------------------
+
+
+@functools.cache
+def _similar(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    if len(a) < 4:
+        return False
+    matcher = SequenceMatcher(None, a, b, autojunk=False)
+    return matcher.real_quick_ratio() >= _LABEL_SIMILARITY and matcher.ratio() >= _LABEL_SIMILARITY
+
+
+class _Placed(NamedTuple):
+    """A value of a field's kind in the new document, with what a spot compares."""
+
+    value: Any
+    line: int
+    where: str
+    label: str
+    template: str
+    y: float
+
+
+def _placed(reading: Sequence[ReadingLine], kind: str, shape: str | None, words: frozenset[str]) -> list[_Placed]:
+    """Every value of `kind` (`shape`) in `reading` with its label, on the lines that have
+    one of the labels' `words`, or under one that has (the others cannot match a spot, and
+    reading values costs more than the rest of `apply`)."""
+    out: list[_Placed] = []
+    named = [any(w in line[0].upper() for w in words) for line in reading]
+    for index, line in enumerate(reading):
+        if not (named[index] or (index and named[index - 1])):
+            continue
+        found = values_in(kind, line[0], shape)
+        for value, start, _ in found:
+            where, label = _label_before(reading, index, start)
+            if label:
+                out.append(_Placed(value, index, where, label, _template(line[0], found, start), line[3]))
+    return out
+
+
+def _read_spot(placed: list[_Placed], spot: dict[str, Any]) -> tuple[Any, int, bool] | None:
+    """The value after `spot`'s label, the index of its line and whether the line has the
+    learned shape (`_template`): of the values whose label matches, one on a line of the
+    learned shape first, then the nearest to the learned height."""
+    best: tuple[tuple[bool, float], _Placed] | None = None
+    for candidate in placed:
+        if candidate.where == spot["where"] and _similar(candidate.label, spot["label"]):
+            rank = (candidate.template != spot.get("line"), abs(candidate.y - spot["y"]))
+            if best is None or rank < best[0]:
+                best = (rank, candidate)
+    return None if best is None else (best[1].value, best[1].line, not best[0][0])
+
+
+def _json_value(kind: str, schema: dict[str, Any], value: Any) -> Any:
+    if isinstance(value, dt.date):
+        return value.isoformat()
+    if kind == "integer":
+        return int(value)
+    return value
+
+
+def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequence[Match],
+          result: dict[str, Any], fields: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`result` and its evidence `fields` with every value the `examples` (`matches`) read
+    in `reading`; what they do not cover stays as the generic rules read it.
+
+    A value from an example carries ``learnedFrom`` (the example's id) and
+    ``learnedExamples`` (how many agreed) in its evidence; its confidence is 0.9 for one
+    example, 0.95 for two that agree and 0.98 for three or more, times the header's
+    coverage for a constant.
+    """
+    if not examples:
+        return result, fields
+    result = _copy(result)
+    fields = dict(fields)
+    top = header(reading)
+    placed = functools.cache(functools.partial(_placed, reading))
+    for pointer, sub in scalar_fields(schema):
+        kind = _kind(sub)
+        taught = [(m, m.fields[pointer]) for m in examples if isinstance(m.fields.get(pointer), dict)]
+        if not taught:
+            continue
+        chosen = _constant(top, taught) or _spots(placed, kind, taught, _get(result, pointer))
+        if chosen is None:
+            continue
+        value, source, agreeing, sure, line = chosen
+        _set(result, pointer, _json_value(kind, sub, value))
+        evidence: dict[str, Any] = {"confidence": round(_confidence(agreeing) * sure, 3), "learnedFrom": source,
+                                    "learnedExamples": agreeing}
+        if line is not None:
+            text, page, x0, y0, x1, y1 = reading[line][:6]
+            evidence.update(page=page, bbox=[x0, y0, x1, y1], text=text)
+        elif pointer in fields:
+            evidence.update({k: fields[pointer][k] for k in ("page", "bbox", "text") if k in fields[pointer]})
+        fields[pointer] = evidence
+    return result, fields
+
+
+def _confidence(agreeing: int) -> float:
+    return 0.9 if agreeing <= 1 else 0.95 if agreeing == 2 else 0.98
+
+
+def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]]) -> tuple[Any, str, int, float, None] | None:
+    """The learned constant best printed in this header (coverage at least `MIN_COVERAGE`;
+    of equals the closest example's), with how many examples taught that same value."""
+    best: tuple[float, Any, str] | None = None
+    for match, lesson in taught:
+        if lesson.get("constant"):
+            share = coverage(str(lesson["value"]), top)
+            if share >= MIN_COVERAGE and (best is None or share > best[0]):
+                best = (share, lesson["value"], match.example_id)
+    if best is None:
+        return None
+    share, value, source = best
+    agreeing = sum(1 for _, lesson in taught if lesson.get("constant")
+                   and normalised(str(lesson["value"])) == normalised(str(value)))
+    return value, source, agreeing, min(1.0, share), None
+
+
+def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], kind: str,
+           taught: list[tuple[Match, dict[str, Any]]], generic: Any) -> tuple[Any, str, int, float, int | None] | None:
+    """The value most examples choose. An example chooses the value its spots read with
+    the most weight, against the generic rules' value at 0.75. Its spots share one vote:
+    they all held the value in the example, so where they now disagree the example cannot
+    tell which was the field's (a receipt whose total and total after rounding were equal),
+    and the rules decide. Within it, a spot after a label on its line weighs 1, one below
+    a line 0.5 (item rows and column heads are there too), and 0.6 times that on a line of
+    another shape: a lone label on a line unlike the learned one ("CASH RM 50.00" where
+    the example had "CASH 30.90 0.00") does not beat the rules.
+    """
+    if generic is not None:
+        generic = _confirmed(kind, generic)
+    words = frozenset(w for _, lesson in taught for spot in lesson.get("spots", [])
+                      for w in spot["label"].split())
+    choices: list[tuple[Any, str, int | None]] = []  # (value, example id, line)
+    for match, lesson in taught:
+        read: list[tuple[Any, float, int | None]] = [(generic, 0.75, None)] if generic is not None else []
+        spots = lesson.get("spots", [])
+        for spot in spots:
+            found = _read_spot(placed(kind, lesson.get("shape"), words), spot)
+            if found is not None:
+                weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6) / len(spots)
+                read.append((found[0], weight, found[1]))
+        if len(read) > (generic is not None):
+            value = max(read, key=lambda r: sum(w for v, w, _ in read if _same(kind, v, r[0])))[0]
+            # Where a spot read it (the rules' own value has no line of its own here).
+            line = next((at for v, _, at in read if at is not None and _same(kind, v, value)), None)
+            choices.append((value, match.example_id, line))
+    if not choices:
+        return None
+    value, source, line = max(choices, key=lambda c: sum(_same(kind, c[0], o[0]) for o in choices))
+    agreeing = sum(_same(kind, value, c[0]) for c in choices)
+    return value, source, agreeing, 1.0, line
+
+
+def _copy(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: _copy(v) if isinstance(v, dict) else v for k, v in result.items()}
+
+
+# --- worked examples for the AI providers ----------------------------------------------------
+
+
+def worked_examples(examples: Sequence[Match], limit: int = MAX_PROMPT_EXAMPLES,
+                    max_chars: int = MAX_PROMPT_CHARS) -> str:
+    """What the closest `examples` of the issuer (`matches`) taught, as prompt text for an AI
+    provider: per example its confirmed values and the label each followed; at most
+    `limit` examples in `max_chars` characters (an example that does not fit is left
+    out). Empty without examples."""
+    blocks: list[str] = []
+    size = 0
+    for number, match in enumerate(examples[:limit], 1):
+        values = {pointer: lesson["value"] for pointer, lesson in match.fields.items()}
+        notes = []
+        for pointer, lesson in match.fields.items():
+            if lesson.get("constant"):
+                notes.append(f"{pointer} is printed the same on every document of this issuer")
+            elif lesson.get("spots"):
+                spot = lesson["spots"][0]
+                side = "after" if spot["where"] == "right" else "under the line"
+                notes.append(f'{pointer} stood {side} "{spot["label"]}"')
+        block = f"Example {number}: {json.dumps(values, ensure_ascii=False)}" + (f" ({'; '.join(notes)})"
+                                                                                 if notes else "")
+        if size + len(block) > max_chars:
+            break
+        blocks.append(block)
+        size += len(block)
+    if not blocks:
+        return ""
+    return ("Earlier documents of this issuer, with the values a person confirmed (keyed by JSON pointer). "
+            "Read this document's own values; they stand in the same places:\n" + "\n".join(blocks))

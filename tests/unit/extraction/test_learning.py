@@ -1,0 +1,154 @@
+"""Learning from corrections, the pure part (daemon.extraction.learning): an issuer's
+fingerprint, what a confirmed result teaches, and a new document read with it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from daemon.extraction import learning
+from daemon.extraction.learning import Match, apply, fingerprint, learn, matches
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "shop": {"type": "string", "description": "Name of the shop"},
+        "receipt_number": {"type": "string", "description": "Number of the receipt"},
+        "total": {"type": "number", "description": "Total amount paid"},
+        "date": {"type": "string", "format": "date"},
+    },
+}
+MUELLER = ["KAFFEEHAUS MUELLER GMBH", "Hauptstrasse 12, 10115 Berlin", "USt-IdNr DE123456789"]
+SCHMIDT = ["BAECKEREI SCHMIDT KG", "Bahnhofstrasse 3, 80331 Muenchen", "USt-IdNr DE987654321"]
+
+
+def receipt(head: list[str], number: str, total: str, paid: str = "50.00", day: str = "03.02.2025") -> list[list[Any]]:
+    texts = [*head, f"Datum {day}", f"Bon {number}", "Kaffee 3.50", "Kuchen 4.20", f"Summe EUR {total}",
+             f"Gegeben {paid}"]
+    return [[text, 1, 0.05, i / 20, 0.6, (i + 0.8) / 20] for i, text in enumerate(texts)]
+
+
+CONFIRMED = {"shop": "Kaffeehaus Müller GmbH", "receipt_number": "4711-A", "total": 7.7, "date": "2025-02-03"}
+
+
+def example(example_id: str = "ex1") -> Match:
+    reading = receipt(MUELLER, "4711-A", "7.70")
+    keys = fingerprint(reading)
+    return Match(example_id, learn(reading, CONFIRMED, SCHEMA), len(keys), 1)
+
+
+def test_one_issuer_keeps_its_fingerprint_across_sales_and_another_issuer_shares_none_of_it() -> None:
+    first = set(fingerprint(receipt(MUELLER, "4711-A", "7.70")))
+    second = set(fingerprint(receipt(MUELLER, "5823-B", "12.30", day="09.04.2025")))
+    other = set(fingerprint(receipt(SCHMIDT, "4711-A", "7.70")))
+    assert first == second
+    assert "r:123456789" in first
+    assert not first & other
+    # The sale's lines (items, prices) are not the issuer's: the header ends at the first price.
+    assert len(first) == 4
+
+
+def test_a_match_needs_two_keys_or_one_number() -> None:
+    one_line = Match("a", {}, 1, 0)
+    two_lines = Match("b", {}, 2, 0)
+    one_number = Match("c", {}, 1, 1)
+    assert [m.example_id for m in matches([one_line, two_lines, one_number])] == ["b", "c"]
+
+
+def test_what_a_correction_teaches() -> None:
+    lessons = learn(receipt(MUELLER, "4711-A", "7.70"), CONFIRMED, SCHEMA)
+    assert lessons["/shop"]["constant"] is True  # printed in the header (case and umlaut aside)
+    assert lessons["/receipt_number"]["constant"] is False
+    assert [(s["where"], s["label"]) for s in lessons["/receipt_number"]["spots"]] == [("right", "BON")]
+    assert [s["label"] for s in lessons["/total"]["spots"]] == ["SUMME"]  # "EUR 7.70" is the amount
+    assert [s["label"] for s in lessons["/date"]["spots"]] == ["DATUM"]
+
+
+def test_the_next_document_of_the_issuer_is_read_with_what_was_learned() -> None:
+    reading = receipt(MUELLER, "5823-B", "12.30", day="09.04.2025")
+    rules = {"shop": "KAFFEEHAUS MUELLER GMBH", "total": 12.3}  # what the generic rules read
+    result, fields = apply(reading, SCHEMA, [example()], rules, {"/total": {"confidence": 0.6}})
+    assert result == {"shop": "Kaffeehaus Müller GmbH", "receipt_number": "5823-B", "total": 12.3,
+                      "date": "2025-04-09"}
+    assert fields["/receipt_number"]["learnedFrom"] == "ex1"
+    assert fields["/receipt_number"]["text"] == "Bon 5823-B"
+    assert fields["/receipt_number"]["confidence"] == 0.9
+    assert fields["/total"]["learnedFrom"] == "ex1"
+    # Two examples that agree make a value surer.
+    _, surer = apply(reading, SCHEMA, [example("ex1"), example("ex2")], rules, {})
+    assert surer["/receipt_number"]["confidence"] == 0.95
+    assert surer["/receipt_number"]["learnedExamples"] == 2
+
+
+def test_a_constant_the_new_header_does_not_print_is_not_taken() -> None:
+    branch = receipt(["KAFFEEHAUS MUELLER GMBH", "Filiale Hamburg, Jungfernstieg 1", "USt-IdNr DE123456789"],
+                     "5823-B", "12.30")
+    lessons = {"/address": {"value": "Hauptstrasse 12, 10115 Berlin", "constant": True, "spots": []}}
+    schema = {"type": "object", "properties": {"address": {"type": "string"}}}
+    result, fields = apply(branch, schema, [Match("ex1", lessons, 3, 1)], {"address": "Jungfernstieg 1"}, {})
+    assert result == {"address": "Jungfernstieg 1"} and fields == {}
+
+
+def test_a_lone_label_on_a_line_unlike_the_learned_one_does_not_beat_the_rules() -> None:
+    # The example had "Gegeben 7.70" (paid exactly); this sale was paid with 50.00.
+    lessons = {"/total": {"value": 7.7, "constant": False,
+                          "spots": [{"where": "right", "label": "GEGEBEN", "y": 0.4, "line": "GEGEBEN @ #"}]}}
+    reading = receipt(MUELLER, "5823-B", "12.30")
+    result, _ = apply(reading, SCHEMA, [Match("ex1", lessons, 3, 1)], {"total": 12.3}, {})
+    assert result["total"] == 12.3
+
+
+def test_no_examples_change_nothing() -> None:
+    rules = {"shop": "X"}
+    assert apply(receipt(MUELLER, "1-A", "1.00"), SCHEMA, [], rules, {}) == (rules, {})
+
+
+def test_the_reading_is_bounded() -> None:
+    from daemon.extraction.document import Document, Line, Page, Word
+
+    lines = tuple(Line((Word(f"line {i}", 0, i * 10, 50, i * 10 + 8),)) for i in range(1000))
+    document = Document((Page(1, 100, 10_000, lines),))
+    reading = learning.reading_of(document)
+    assert len(reading) == learning.MAX_LINES
+    assert reading[1] == ["line 1", 1, 0.0, 0.001, 0.5, 0.0018]
+
+
+def test_worked_examples_for_a_prompt_are_bounded() -> None:
+    many = [example(f"ex{i}") for i in range(10)]
+    text = learning.worked_examples(many)
+    assert text.count("Example ") == learning.MAX_PROMPT_EXAMPLES
+    assert '"/receipt_number": "4711-A"' in text and '/receipt_number stood after "BON"' in text
+    assert len(learning.worked_examples(many, max_chars=500)) < 800
+    assert learning.worked_examples([]) == ""
+
+
+def test_a_code_is_read_by_its_shape_in_linear_time_whatever_a_correction_says() -> None:
+    import time
+
+    schema = {"type": "object", "properties": {"ref": {"type": "string"}}}
+    hostile = " ".join(["ab"] * 13)  # 38 characters of short words: a shape of 13 letter runs
+    # A run of letters a shape of 13 runs could split in C(299, 12) ways, were the gaps optional.
+    line = ["Ref " + "x" * 300 + "_", 1, 0.0, 0.5, 1.0, 0.52]
+    started = time.perf_counter()
+    lessons = learn([["Ref " + hostile, 1, 0.0, 0.1, 1.0, 0.12], line] * 50, {"ref": hostile}, schema)
+    apply([line] * 400, schema, [Match("ex1", lessons, 3, 1)], {}, {})
+    assert time.perf_counter() - started < 2.0
+    # Letters of any script make a code's shape; the value is found again by it.
+    reading = [["Beleg Nr ÄÖ-12", 1, 0.0, 0.1, 1.0, 0.12]]
+    code = learn(reading, {"ref": "ÄÖ-12"}, schema)["/ref"]
+    assert code["spots"][0]["label"] == "BELEG NR"
+    assert apply([["Beleg Nr ÜX-99", 1, 0.0, 0.1, 1.0, 0.12]], schema, [Match("e", {"/ref": code}, 2, 0)], {},
+                 {})[0] == {"ref": "ÜX-99"}
+
+
+def test_an_examples_spots_that_now_disagree_leave_the_choice_to_the_rules() -> None:
+    # In the example the subtotal and the total after rounding were both 75.00.
+    schema = {"type": "object", "properties": {"total": {"type": "number"}}}
+    taught = learn([["Sub-total 75.00", 1, 0.0, 0.30, 1.0, 0.32], ["Total After Adj 75.00", 1, 0.0, 0.34, 1.0, 0.36]],
+                   {"total": 75.0}, schema)
+    assert len(taught["/total"]["spots"]) == 2
+    now = [["Sub-total 46.54", 1, 0.0, 0.30, 1.0, 0.32], ["Rounding Adj 0.01", 1, 0.0, 0.32, 1.0, 0.34],
+           ["Total After Adj 46.55", 1, 0.0, 0.34, 1.0, 0.36]]
+    result, fields = apply(now, schema, [Match("ex1", taught, 3, 1)], {"total": 46.55}, {})
+    assert result == {"total": 46.55} and fields["/total"]["text"] == "Total After Adj 46.55"
+    # Without the rules' value, the example's first spot reads.
+    assert apply(now, schema, [Match("ex1", taught, 3, 1)], {}, {})[0] == {"total": 46.54}
