@@ -6,6 +6,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import json
+import logging
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -43,6 +44,7 @@ from daemon.storage.repos.accounts import Role
 from daemon.storage.repos.jobs import JobFilter, NewJob
 from daemon.storage.repos.schemas import get_schema
 
+log = logging.getLogger(__name__)
 blueprint = Blueprint("jobs", __name__, url_prefix="/api")
 tag_blueprint(blueprint, ["jobs"])
 
@@ -561,7 +563,17 @@ async def approve_job(job_id: str) -> dict[str, Any]:
 
 async def _learn_from(job: Job) -> None:
     """Record what `job`'s confirmed result teaches, for its owner and schema (issue #16):
-    nothing when learning is off for it or it kept no reading (learning was off when it ran)."""
+    nothing when learning is off for it or it kept no reading (learning was off when it ran).
+
+    The correction or approval is already saved: a failure to learn from it is logged, never
+    the caller's error (it would answer 500 for a change that took effect)."""
+    try:
+        await _record_lessons(job)
+    except Exception:
+        log.exception("could not learn from job %s", job.id, extra={"action": "learning.failed", "job_id": job.id})
+
+
+async def _record_lessons(job: Job) -> None:
     svc = services()
     schema = await svc.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
     if schema is None or job.result is None or not learning_on(schema.definition, svc.config.learning.enabled):

@@ -176,3 +176,18 @@ async def test_examples_are_listed_in_pages(client: Any, services: Services, ali
     rest = await r.get_json()
     assert [e["jobId"] for e in rest["data"]] == [jobs[0]["id"]] and rest["nextCursor"] is None
     await error_of(await client.get("/api/schemas/01ARZ3NDEKTSV4RRFFQ69G5FAV/examples", headers=alice), 404)
+
+
+async def test_a_correction_is_saved_even_when_nothing_can_be_learned_from_it(
+        client: Any, services: Services, alice: dict[str, str]) -> None:
+    from daemon.storage.tables import jobs
+
+    schema_id = await create_schema(client, alice, SCHEMA, name="Receipt")
+    first = await extracted(client, services, alice, schema_id, receipt(MUELLER, "4711-A", "7.70"))
+    # What the job kept of its document is damaged (a row written by a broken process, say).
+    await services.db.run(lambda conn: conn.execute(
+        sa.update(jobs).where(jobs.c.id == first["id"]).values(reading={"lines": [42, "x", None], "keys": 7})))
+    await corrected(client, alice, first, receipt_number="4711-A")  # 200, not a 500
+    r = await client.get(f"/api/jobs/{first['id']}", headers=alice)
+    assert (await r.get_json())["result"]["receipt_number"] == "4711-A"
+    assert await examples(client, alice, schema_id) == []
