@@ -423,3 +423,14 @@ def py_load_processes(argv: list[str], processes: int, timeout_s: float) -> list
                 p.kill()
                 p.wait()
     return results
+
+
+def load_scorer(samples: Path) -> Any:
+    """The samples' own scorer (`score.py` beside them), loaded as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("score", samples / "score.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

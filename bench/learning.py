@@ -49,7 +49,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
-from harness import Daemon, expect, verdict
+from harness import Daemon, expect, load_scorer, verdict
 
 ROOT = harness.ROOT
 sys.path.insert(0, str(ROOT))
@@ -57,15 +57,6 @@ sys.path.insert(0, str(ROOT))
 TARGET_SEEN = 0.95
 TARGET_COST = 0.10
 
-
-def load_scorer(samples: Path) -> Any:
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("score", samples / "score.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def start(workdir: Path, name: str, engine: str, learning: bool) -> Daemon:

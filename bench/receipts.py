@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import pickle
 import sys
@@ -35,6 +34,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import load_scorer  # noqa: E402
 
 from daemon.extraction.document import Document  # noqa: E402
 from daemon.extraction.parsers.base import ParseOptions  # noqa: E402
@@ -77,13 +79,6 @@ def readings(files: list[Path], engine: str, cache: Path, workers: int) -> dict[
                 out[str(path)] = document
     return out
 
-
-def load_scorer(samples: Path) -> Any:
-    spec = importlib.util.spec_from_file_location("score", samples / "score.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def share(tally: list[int]) -> str:
