@@ -59,6 +59,8 @@ _FINGERPRINT_LINES = 8
 MIN_SHARED = 2
 # A learned constant is taken when the new header prints this share of its characters.
 MIN_COVERAGE = 0.95
+# The share of a generic reading the learned constant may cover and still be the same value.
+SUPERSET_COVERAGE = 0.8
 # Examples of an issuer read at most (the closest first): beyond a handful, more agree
 # with no more to teach, and each costs a pass over the document's lines.
 MAX_EXAMPLES = 5
@@ -413,7 +415,7 @@ def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequ
         taught = [(m, m.fields[pointer]) for m in examples if isinstance(m.fields.get(pointer), dict)]
         if not taught:
             continue
-        chosen = _constant(top, taught) or _spots(placed, kind, taught, _get(result, pointer))
+        chosen = _constant(top, taught, _get(result, pointer)) or _spots(placed, kind, taught, _get(result, pointer))
         if chosen is None:
             continue
         value, source, agreeing, sure, line = chosen
@@ -433,9 +435,14 @@ def _confidence(agreeing: int) -> float:
     return 0.9 if agreeing <= 1 else 0.95 if agreeing == 2 else 0.98
 
 
-def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]]) -> tuple[Any, str, int, float, None] | None:
+def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
+              generic: Any) -> tuple[Any, str, int, float, None] | None:
     """The learned constant best printed in this header (coverage at least `MIN_COVERAGE`;
-    of equals the closest example's), with how many examples taught that same value."""
+    of equals the closest example's), with how many examples taught that same value.
+
+    None when the generic rules read the constant and more besides (`generic` holds all of
+    it and a fifth again): this document prints a longer name or address than the one
+    learned (another branch's "(KUCHAI)"), and what it prints wins."""
     best: tuple[float, Any, str] | None = None
     for match, lesson in taught:
         if lesson.get("constant"):
@@ -445,6 +452,9 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]]) -> tup
     if best is None:
         return None
     share, value, source = best
+    if isinstance(generic, str) and coverage(str(value), [generic]) >= MIN_COVERAGE \
+            and coverage(generic, [str(value)]) < SUPERSET_COVERAGE:
+        return None
     agreeing = sum(1 for _, lesson in taught if lesson.get("constant")
                    and normalised(str(lesson["value"])) == normalised(str(value)))
     return value, source, agreeing, min(1.0, share), None

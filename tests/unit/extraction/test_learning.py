@@ -88,6 +88,21 @@ def test_a_constant_the_new_header_does_not_print_is_not_taken() -> None:
     assert result == {"address": "Jungfernstieg 1"} and fields == {}
 
 
+def test_a_header_that_prints_the_constant_and_more_is_read_as_printed() -> None:
+    # Another branch of the chain: its name line carries the branch as well.
+    branch = receipt(["KAFFEEHAUS MUELLER (ALTONA) GMBH", "Hauptstrasse 12, 10115 Berlin", "USt-IdNr DE123456789"],
+                     "5823-B", "12.30")
+    lessons = {"/shop": {"value": "KAFFEEHAUS MUELLER GMBH", "constant": True, "spots": []}}
+    schema = {"type": "object", "properties": {"shop": {"type": "string"}}}
+    printed = {"shop": "KAFFEEHAUS MUELLER (ALTONA) GMBH"}
+    result, fields = apply(branch, schema, [Match("ex1", lessons, 3, 1)], printed, {})
+    assert result == printed and fields == {}
+    # The same header without the branch: the constant is taken.
+    result, fields = apply(receipt(MUELLER, "5823-B", "12.30"), schema, [Match("ex1", lessons, 3, 1)],
+                           {"shop": "KAFFEEHAUS MUELLER GMBH."}, {})
+    assert result == {"shop": "KAFFEEHAUS MUELLER GMBH"} and fields["/shop"]["learnedFrom"] == "ex1"
+
+
 def test_a_lone_label_on_a_line_unlike_the_learned_one_does_not_beat_the_rules() -> None:
     # The example had "Gegeben 7.70" (paid exactly); this sale was paid with 50.00.
     lessons = {"/total": {"value": 7.7, "constant": False,
