@@ -444,9 +444,11 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
     it and a fifth again): this document prints a longer name or address than the one
     learned (another branch's "(KUCHAI)"), and what it prints wins."""
     best: tuple[float, Any, str] | None = None
+    shares: dict[str, float] = {}  # an issuer's examples mostly teach the same constant: compare it once
     for match, lesson in taught:
         if lesson.get("constant"):
-            share = coverage(str(lesson["value"]), top)
+            text = str(lesson["value"])
+            share = shares[text] if text in shares else shares.setdefault(text, coverage(text, top))
             if share >= MIN_COVERAGE and (best is None or share > best[0]):
                 best = (share, lesson["value"], match.example_id)
     if best is None:
