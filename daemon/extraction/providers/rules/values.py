@@ -177,6 +177,22 @@ def numeric_date_orders(text: str) -> tuple[int, int]:
     return dmy, mdy
 
 
+_LETTER_RUN = re.compile(r"[^\W\d_]+")
+
+
+def _names_a_month(folded: str) -> bool:
+    """Whether a run of letters in `folded` is a month's name, maybe after a day's suffix
+    ("1stjan", "1ejan") and before "de" ("mayde 2018"): the written-month patterns, whose
+    alternation of 133 names costs more than the rest of `find_dates`, can match nothing
+    otherwise."""
+    for run in _LETTER_RUN.findall(folded):
+        run = run.casefold()
+        ends = (len(run), len(run) - 2) if run.endswith("de") else (len(run),)
+        if any(run[start:end] in _MONTHS for start in (0, 1, 2) for end in ends):
+            return True
+    return False
+
+
 def find_dates(text: str, order: DateOrder = DateOrder.DMY) -> list[Found]:
     """Every date in `text`, as `datetime.date`, in order of appearance."""
     found: list[Found] = []
@@ -199,10 +215,11 @@ def find_dates(text: str, order: DateOrder = DateOrder.DMY) -> list[Found]:
         found.append(Found(date, start, end, quality))
 
     folded = fold(text)
-    for match in _DAY_MONTH_YEAR.finditer(folded):
-        add(_date(_year(match["y"]), _MONTHS[match["m"].lower()], int(match["d"])), match, 1.0)
-    for match in _MONTH_DAY_YEAR.finditer(folded):
-        add(_date(_year(match["y"]), _MONTHS[match["m"].lower()], int(match["d"])), match, 1.0)
+    if _names_a_month(folded):
+        for match in _DAY_MONTH_YEAR.finditer(folded):
+            add(_date(_year(match["y"]), _MONTHS[match["m"].lower()], int(match["d"])), match, 1.0)
+        for match in _MONTH_DAY_YEAR.finditer(folded):
+            add(_date(_year(match["y"]), _MONTHS[match["m"].lower()], int(match["d"])), match, 1.0)
     for match in _ISO_DATE.finditer(text):
         add(_date(int(match["y"]), int(match["m"]), int(match["d"])), match, 1.0)
     for match in _NUMERIC_DATE.finditer(text):

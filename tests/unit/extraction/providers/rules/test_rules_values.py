@@ -44,6 +44,12 @@ from daemon.extraction.providers.rules.values import (
         ("10-03-201823:03:06", dt.date(2018, 3, 10)),  # OCR lost the space before the time
         ("06/04/1711:43am", dt.date(2017, 4, 6)),
         ("2018-01-0522:55:25", dt.date(2018, 1, 5)),
+        # A month's name glued to what the patterns allow around it (OCR loses spaces).
+        ("05MAR2018", dt.date(2018, 3, 5)),
+        ("5thMarch 2018", dt.date(2018, 3, 5)),
+        ("1erjanvier 2024", dt.date(2024, 1, 1)),
+        ("3 mayode 2024", dt.date(2024, 5, 3)),
+        ("March5, 2024", dt.date(2024, 3, 5)),
     ],
 )
 def test_dates_in_numeric_and_written_forms(text: str, expected: dt.date) -> None:
