@@ -19,7 +19,7 @@ A *lesson* per confirmed value (`learn`):
 - ``constant``: a string value printed in the header (a shop's name or address): the
   next document gets it as confirmed when its header prints it too (`coverage` at
   least `MIN_COVERAGE`), which is what OCR noise and a wrong guess of the generic
-  rules cannot spoil;
+  rules cannot spoil (unless the rules read it with only other marks, which then stand);
 - ``spots``: where the value stood: the words before it on its line (its label), else
   the line above it, and its box on the page. The next document's value is read after
   the same label, with the field's pattern (a date, an amount, the shape of a code);
@@ -82,6 +82,10 @@ _LONG_NUMBER = re.compile(r"\d[\d\- ]{4,}\d")
 _COMPANY_NUMBER = re.compile(r"\b(\d{5,8})-?[A-Z]\b")
 # A price ("3.50", "12,00"): the first line with one ends an issuer's header.
 _PRICE = re.compile(r"\d[.,]\d\d(?!\d)")
+# What `normalised`, `_words` and `_skeleton` keep of an upper-cased text.
+_NOT_ALNUM = re.compile(r"[^A-Z0-9]")
+_LETTERS = re.compile(r"[A-Z]+")
+_WORD = re.compile(r"[A-Z0-9]+")
 # Lines every receipt prints, which say nothing of its issuer.
 _GENERIC = re.compile(r"^(SIMPLIFIED|TAX|INVOICE|RECEIPT|CASH|BILL|OFFICIAL|SALES|ORDER|COPY|THANK|YOU|AND|"
                       r"GST|ID|NO|REG|TEL|FAX|DATE|TIME|TABLE|CASHIER|\s)+$")
@@ -113,12 +117,18 @@ def reading_of(document: Document, max_lines: int = MAX_LINES) -> list[ReadingLi
 
 def normalised(text: str) -> str:
     """Letters and digits only, upper case: what OCR reads the same way twice."""
-    return re.sub(r"[^A-Z0-9]", "", text.upper())
+    return _NOT_ALNUM.sub("", text.upper())
+
+
+def _skeleton(text: str) -> str:
+    """The words of `text` (runs of letters and digits, upper case): two texts with the same
+    skeleton differ only in case and marks, not in a letter or a space ("POPULARBOOK")."""
+    return " ".join(_WORD.findall(text.upper()))
 
 
 def _words(text: str) -> str:
     """Upper-case words of letters only, one space apart: a label without its noise."""
-    return " ".join(re.findall(r"[A-Z]+", text.upper()))
+    return " ".join(_LETTERS.findall(text.upper()))
 
 
 def header(reading: Sequence[ReadingLine]) -> list[str]:
@@ -273,6 +283,8 @@ def coverage(value: str, lines: Sequence[str]) -> float:
     if not wanted:
         return 0.0
     text = normalised(" ".join(lines))
+    if wanted in text:  # printed whole, as it mostly is: no need to align
+        return 1.0
     blocks = SequenceMatcher(None, wanted, text, autojunk=False).get_matching_blocks()
     return sum(b.size for b in blocks if b.size >= 3) / len(wanted)
 
@@ -356,14 +368,16 @@ class _Placed(NamedTuple):
     y: float
 
 
-def _placed(reading: Sequence[ReadingLine], kind: str, shape: str | None, words: frozenset[str]) -> list[_Placed]:
-    """Every value of `kind` (`shape`) in `reading` with its label, on the lines that have
-    one of the labels' `words`, or under one that has (the others cannot match a spot, and
-    reading values costs more than the rest of `apply`)."""
+def _placed(reading: Sequence[ReadingLine], kind: str, shape: str | None, right: frozenset[str],
+            below: frozenset[str]) -> list[_Placed]:
+    """Every value of `kind` (`shape`) in `reading` with its label, on the lines a spot can
+    read: those with a word of the labels a value stood `right` of, and those under a line
+    with a word of the labels it stood `below` (reading values costs more than the rest of
+    `apply`)."""
     out: list[_Placed] = []
-    named = [any(w in line[0].upper() for w in words) for line in reading]
+    has_right, has_below = _has_word(reading, right), _has_word(reading, below)
     for index, line in enumerate(reading):
-        if not (named[index] or (index and named[index - 1])):
+        if not (has_right[index] or (index and has_below[index - 1])):
             continue
         found = values_in(kind, line[0], shape)
         for value, start, _ in found:
@@ -371,6 +385,14 @@ def _placed(reading: Sequence[ReadingLine], kind: str, shape: str | None, words:
             if label:
                 out.append(_Placed(value, index, where, label, _template(line[0], found, start), line[3]))
     return out
+
+
+def _has_word(reading: Sequence[ReadingLine], words: frozenset[str]) -> list[bool]:
+    """Per line of `reading`, whether it has one of `words` (upper-case letters) in it."""
+    if not words:
+        return [False] * len(reading)
+    pattern = re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))), re.IGNORECASE)
+    return [pattern.search(line[0]) is not None for line in reading]
 
 
 def _read_spot(placed: list[_Placed], spot: dict[str, Any]) -> tuple[Any, int, bool] | None:
@@ -440,9 +462,14 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
     """The learned constant best printed in this header (coverage at least `MIN_COVERAGE`;
     of equals the closest example's), with how many examples taught that same value.
 
-    None when the generic rules read the constant and more besides (`generic` holds all of
-    it and a fifth again): this document prints a longer name or address than the one
-    learned (another branch's "(KUCHAI)"), and what it prints wins."""
+    None, so that what this document prints stands, when the generic rules read
+    - the constant's letters and words with other marks ("MR. D.I.Y." for a learned
+      "MR D.I.Y."): an issuer's printers and its documents' readers differ in the marks of
+      a name, not in its letters, which are what a correction mends (OCR's misreads, lost
+      spaces);
+    - or the constant and more besides (`generic` holds all of it and a fifth again): this
+      document prints a longer name or address than the one learned (another branch's
+      "(KUCHAI)")."""
     best: tuple[float, Any, str] | None = None
     shares: dict[str, float] = {}  # an issuer's examples mostly teach the same constant: compare it once
     for match, lesson in taught:
@@ -454,15 +481,19 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
     if best is None:
         return None
     share, value, source = best
-    if isinstance(generic, str) and coverage(str(value), [generic]) >= MIN_COVERAGE \
-            and coverage(generic, [str(value)]) < SUPERSET_COVERAGE:
+    if isinstance(generic, str) and (_skeleton(generic) == _skeleton(str(value)) or _prints_more(generic, str(value))):
         return None
     agreeing = sum(1 for _, lesson in taught if lesson.get("constant")
                    and normalised(str(lesson["value"])) == normalised(str(value)))
     return value, source, agreeing, min(1.0, share), None
 
 
-def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], kind: str,
+def _prints_more(generic: str, constant: str) -> bool:
+    """Whether the generic rules' `generic` holds all of `constant` and a fifth again."""
+    return coverage(constant, [generic]) >= MIN_COVERAGE and coverage(generic, [constant]) < SUPERSET_COVERAGE
+
+
+def _spots(placed: Callable[[str, str | None, frozenset[str], frozenset[str]], list[_Placed]], kind: str,
            taught: list[tuple[Match, dict[str, Any]]], generic: Any) -> tuple[Any, str, int, float, int | None] | None:
     """The value most examples choose. An example chooses the value its spots read with
     the most weight, against the generic rules' value at 0.75. Its spots share one vote:
@@ -475,14 +506,15 @@ def _spots(placed: Callable[[str, str | None, frozenset[str]], list[_Placed]], k
     """
     if generic is not None:
         generic = _confirmed(kind, generic)
-    words = frozenset(w for _, lesson in taught for spot in lesson.get("spots", [])
-                      for w in spot["label"].split())
+    taught_spots = [spot for _, lesson in taught for spot in lesson.get("spots", [])]
+    right = frozenset(w for spot in taught_spots if spot["where"] == "right" for w in spot["label"].split())
+    below = frozenset(w for spot in taught_spots if spot["where"] != "right" for w in spot["label"].split())
     choices: list[tuple[Any, str, int | None]] = []  # (value, example id, line)
     for match, lesson in taught:
         read: list[tuple[Any, float, int | None]] = [(generic, 0.75, None)] if generic is not None else []
         spots = lesson.get("spots", [])
         for spot in spots:
-            found = _read_spot(placed(kind, lesson.get("shape"), words), spot)
+            found = _read_spot(placed(kind, lesson.get("shape"), right, below), spot)
             if found is not None:
                 weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6) / len(spots)
                 read.append((found[0], weight, found[1]))

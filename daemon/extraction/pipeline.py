@@ -60,9 +60,11 @@ class Extraction:
     reading: dict[str, Any] | None = None
 
 
-# The learned examples of a document's issuer, from its fingerprint keys (the caller's
-# user and schema): `learning.matches` of what the database holds.
-LearnedLookup = Callable[[list[str]], Awaitable[list[learning.Match]]]
+# `read_with(examples)` of the learned examples of a document's issuer, found by its
+# fingerprint keys for the caller's user and schema (`learning.matches` of what the
+# database holds). `read_with` runs in the lookup's own thread: a document read with its
+# examples pays one hop off the trio thread, not two.
+LearnedLookup = Callable[[list[str], Callable[[list[learning.Match]], Any]], Awaitable[Any]]
 
 
 def provider_name(definition: dict[str, Any], config: Config) -> str:
@@ -142,10 +144,8 @@ async def extract(
         result, fields, reading = outcome.result, outcome.fields, None
         if learned is not None:
             reading = _reading(outcome.reading)
-            matched = await learned(reading["keys"])
-            if matched:
-                result, fields = await trio.to_thread.run_sync(
-                    learning.apply, outcome.reading, schema, matched, result, fields)
+            result, fields = await learned(reading["keys"], functools.partial(
+                learning.apply, outcome.reading, schema, result=result, fields=fields))
         meta: dict[str, Any] = {
             "provider": "rules",
             "model": None,
@@ -163,7 +163,7 @@ async def extract(
     examples = ""  # the issuer's learned examples, as worked examples for the prompt (bounded)
     if learned is not None:
         reading = _reading(learning.reading_of(document))
-        examples = learning.worked_examples(await learned(reading["keys"]))
+        examples = await learned(reading["keys"], learning.worked_examples)
     if client is None:
         async with httpx.AsyncClient(follow_redirects=False) as own:
             output = await provider.extract(document, schema, own, examples=examples)

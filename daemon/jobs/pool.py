@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 import trio
+from sqlalchemy.engine import Connection
 
 from daemon.clock import utcnow
 from daemon.config import Config
@@ -173,9 +174,12 @@ def _learned_lookup(services: Services, job: Job, definition: dict[str, Any]) ->
     if not learning_on(definition, services.config.learning.enabled):
         return None
 
-    async def lookup(keys: list[str]) -> list[learning.Match]:
-        rows = await services.db.read(learning_repo.closest_examples, job.user_id, job.schema_id, keys)
-        return learning.matches([learning.Match(*row) for row in rows])
+    def read_with(conn: Connection, keys: list[str], then: Callable[[list[learning.Match]], T]) -> T:
+        rows = learning_repo.closest_examples(conn, job.user_id, job.schema_id, keys)
+        return then(learning.matches([learning.Match(*row) for row in rows]))
+
+    async def lookup(keys: list[str], then: Callable[[list[learning.Match]], T]) -> T:
+        return await services.db.read(read_with, keys, then)
 
     return lookup
 

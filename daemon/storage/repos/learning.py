@@ -44,6 +44,25 @@ def record_example(conn: Connection, *, user_id: str, schema_id: str, job_id: st
     return example_id
 
 
+def _closest_query() -> sa.Select[Any]:
+    """The query of `closest_examples`, built once: its parameters are bound per call."""
+    numbers = sa.func.sum(sa.case((learned_keys.c.key.like("r:%"), 1), else_=0))
+    shared = sa.func.count()
+    ranked = (sa.select(learned_keys.c.example_id, shared.label("shared"), numbers.label("numbers"))
+              .where(learned_keys.c.user_id == sa.bindparam("user_id"),
+                     learned_keys.c.schema_id == sa.bindparam("schema_id"),
+                     learned_keys.c.key.in_(sa.bindparam("keys", expanding=True)))
+              .group_by(learned_keys.c.example_id)
+              .order_by(shared.desc(), learned_keys.c.example_id.desc())
+              .limit(LOOKUP_LIMIT)).subquery()
+    return (sa.select(ranked.c.example_id, ranked.c.shared, ranked.c.numbers, learned_examples.c.fields)
+            .join(learned_examples, learned_examples.c.id == ranked.c.example_id)
+            .order_by(ranked.c.shared.desc(), ranked.c.example_id.desc()))
+
+
+_CLOSEST = _closest_query()
+
+
 def closest_examples(conn: Connection, user_id: str, schema_id: str,
                      keys: Sequence[str]) -> list[tuple[str, dict[str, Any], int, int]]:
     """(example id, lessons, keys shared, numbers shared) of `user_id`'s examples for
@@ -51,17 +70,7 @@ def closest_examples(conn: Connection, user_id: str, schema_id: str,
     lookup of the keys (ix_learned_keys_lookup), whatever the number of examples."""
     if not keys:
         return []
-    numbers = sa.func.sum(sa.case((learned_keys.c.key.like("r:%"), 1), else_=0))
-    shared = sa.func.count()
-    ranked = (sa.select(learned_keys.c.example_id, shared.label("shared"), numbers.label("numbers"))
-              .where(learned_keys.c.user_id == user_id, learned_keys.c.schema_id == schema_id,
-                     learned_keys.c.key.in_(sorted(set(keys))))
-              .group_by(learned_keys.c.example_id)
-              .order_by(shared.desc(), learned_keys.c.example_id.desc())
-              .limit(LOOKUP_LIMIT)).subquery()
-    rows = conn.execute(sa.select(ranked.c.example_id, ranked.c.shared, ranked.c.numbers, learned_examples.c.fields)
-                        .join(learned_examples, learned_examples.c.id == ranked.c.example_id)
-                        .order_by(ranked.c.shared.desc(), ranked.c.example_id.desc())).all()
+    rows = conn.execute(_CLOSEST, {"user_id": user_id, "schema_id": schema_id, "keys": sorted(set(keys))}).all()
     return [(row.example_id, dict(row.fields), int(row.shared), int(row.numbers or 0)) for row in rows]
 
 

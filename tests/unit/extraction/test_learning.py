@@ -97,10 +97,29 @@ def test_a_header_that_prints_the_constant_and_more_is_read_as_printed() -> None
     printed = {"shop": "KAFFEEHAUS MUELLER (ALTONA) GMBH"}
     result, fields = apply(branch, schema, [Match("ex1", lessons, 3, 1)], printed, {})
     assert result == printed and fields == {}
-    # The same header without the branch: the constant is taken.
-    result, fields = apply(receipt(MUELLER, "5823-B", "12.30"), schema, [Match("ex1", lessons, 3, 1)],
-                           {"shop": "KAFFEEHAUS MUELLER GMBH."}, {})
+    # The same header without the branch, a letter misread: the constant is taken.
+    misread = ["KAFFEEHAUS MUELLFR GMBH", *MUELLER[1:]]
+    result, fields = apply(receipt(misread, "5823-B", "12.30"), schema, [Match("ex1", lessons, 3, 1)],
+                           {"shop": "KAFFEEHAUS MUELLFR GMBH"}, {})
     assert result == {"shop": "KAFFEEHAUS MUELLER GMBH"} and fields["/shop"]["learnedFrom"] == "ex1"
+
+
+def test_a_constant_printed_with_other_marks_is_read_as_printed() -> None:
+    # The person confirmed "MR D.I.Y. SDN BHD" once; this receipt prints "MR. D.I.Y. SDN. BHD.":
+    # the same letters and words, so this document's own marks stand. A letter read otherwise
+    # (an l for an I) or words split otherwise ("DIY") are OCR's to mend: the learned value wins.
+    lessons = {"/shop": {"value": "MR D.I.Y. SDN BHD", "constant": True, "spots": []}}
+    schema = {"type": "object", "properties": {"shop": {"type": "string"}}}
+    head = ["MR. D.I.Y. SDN. BHD.", *MUELLER[1:]]
+    for read, taken in (("MR. D.I.Y. SDN. BHD.", "MR. D.I.Y. SDN. BHD."),
+                        ("Mr. D.I.Y. Sdn. Bhd.", "Mr. D.I.Y. Sdn. Bhd."),
+                        ("Mr. D.l.Y. Sdn. Bhd.", "MR D.I.Y. SDN BHD"),
+                        ("MR. DIY SDN. BHD.", "MR D.I.Y. SDN BHD"),
+                        ("MRD.I.Y. SDN. BHD.", "MR D.I.Y. SDN BHD")):
+        result, fields = apply(receipt(head, "5823-B", "12.30"), schema, [Match("ex1", lessons, 3, 1)],
+                               {"shop": read}, {})
+        assert result == {"shop": taken}, read
+        assert ("learnedFrom" in fields.get("/shop", {})) == (taken != read)
 
 
 def test_a_lone_label_on_a_line_unlike_the_learned_one_does_not_beat_the_rules() -> None:
