@@ -19,7 +19,6 @@ import datetime as dt
 import json
 import secrets
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
-from harness import Daemon, expect, proc_status
-from jobs import drop_schema, scratch_schema
+from harness import expect, proc_status
+from jobs import api_daemon
 
 SCHEMA = {
     "type": "object",
@@ -108,38 +107,25 @@ def main() -> int:
     args = parser.parse_args()
     if not harness.require_docex():
         return 1
-    workdir = Path(tempfile.mkdtemp(prefix="docex-bench-export-"))
-    schema_name = None
-    url = f"sqlite:///{workdir / 'data' / 'docex.db'}"
-    if args.database_url:
-        schema_name, url = scratch_schema(args.database_url)
-    env = harness.daemon_env(workdir / "data", DOCEX_AUTH_BCRYPT_ROUNDS="4", DOCEX_JOBS_WORKERS="0",
-                             DOCEX_DATABASE_URL=url)
-    daemon = Daemon("api", workdir, env)
     figures: dict[str, Any] = {"database": "postgresql" if args.database_url else "sqlite"}
-    try:
-        daemon.start()
-        with httpx.Client(base_url=daemon.base, timeout=600) as client:
-            pair = harness.register(client, f"bench-{secrets.token_hex(4)}@example.com", "bench-password-0123")
-            headers = {"Authorization": f"Bearer {pair['accessToken']}"}
-            schema = expect(client.post("/api/schemas", json={"name": "Invoice", "definition": SCHEMA},
-                                        headers=headers), 201, "schema")
-            user_id = expect(client.get("/api/auth/me", headers=headers), 200, "me")["id"]
-            t0 = time.perf_counter()
-            runs = {count: _fill(url, user_id, schema["id"], count) for count in (args.small, args.large)}
-            print(f"inserted {args.small + args.large} jobs in {time.perf_counter() - t0:.1f} s "
-                  f"({figures['database']}); daemon RSS {proc_status(daemon.pid)['VmRSS'] >> 20} MB")
-            print(f"{'format':7} {'jobs':>8} {'seconds':>8} {'MB sent':>8} {'RSS growth':>11}")
-            for fmt in ("csv", "xlsx", "jsonl"):
-                for count, run_id in runs.items():
-                    row = _export(client, daemon.pid, f"/api/job-runs/{run_id}/export?format={fmt}", headers)
-                    figures[f"{fmt}_{count}"] = row
-                    print(f"{fmt:7} {count:>8} {row['seconds']:>8.1f} {row['bytes'] / 2**20:>8.1f} "
-                          f"{row['rss_growth_mb']:>8.1f} MB")
-    finally:
-        daemon.stop()
-        if schema_name and args.database_url:
-            drop_schema(args.database_url, schema_name)
+    with (api_daemon("docex-bench-export-", args.database_url) as (daemon, url),
+          httpx.Client(base_url=daemon.base, timeout=600) as client):
+        pair = harness.register(client, f"bench-{secrets.token_hex(4)}@example.com", "bench-password-0123")
+        headers = {"Authorization": f"Bearer {pair['accessToken']}"}
+        schema = expect(client.post("/api/schemas", json={"name": "Invoice", "definition": SCHEMA},
+                                    headers=headers), 201, "schema")
+        user_id = expect(client.get("/api/auth/me", headers=headers), 200, "me")["id"]
+        t0 = time.perf_counter()
+        runs = {count: _fill(url, user_id, schema["id"], count) for count in (args.small, args.large)}
+        print(f"inserted {args.small + args.large} jobs in {time.perf_counter() - t0:.1f} s "
+              f"({figures['database']}); daemon RSS {proc_status(daemon.pid)['VmRSS'] >> 20} MB")
+        print(f"{'format':7} {'jobs':>8} {'seconds':>8} {'MB sent':>8} {'RSS growth':>11}")
+        for fmt in ("csv", "xlsx", "jsonl"):
+            for count, run_id in runs.items():
+                row = _export(client, daemon.pid, f"/api/job-runs/{run_id}/export?format={fmt}", headers)
+                figures[f"{fmt}_{count}"] = row
+                print(f"{fmt:7} {count:>8} {row['seconds']:>8.1f} {row['bytes'] / 2**20:>8.1f} "
+                      f"{row['rss_growth_mb']:>8.1f} MB")
     print(json.dumps(figures))
     return 0
 

@@ -33,7 +33,6 @@ import json
 import random
 import secrets
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -42,8 +41,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness
-from harness import Daemon, expect, percentile
-from jobs import drop_schema, scratch_schema
+from harness import expect, percentile
+from jobs import api_daemon
 
 SCHEMA = {"type": "object", "properties": {"total": {"type": "number"}}}
 RUN_SIZE = 100
@@ -180,18 +179,9 @@ def main() -> int:
     args = parser.parse_args()
     if not harness.require_docex():
         return 1
-    workdir = Path(tempfile.mkdtemp(prefix="docex-bench-lists-"))
-    schema_name = None
-    url = f"sqlite:///{workdir / 'data' / 'docex.db'}"
-    if args.database_url:
-        schema_name, url = scratch_schema(args.database_url)
-    env = harness.daemon_env(workdir / "data", DOCEX_AUTH_BCRYPT_ROUNDS="4", DOCEX_JOBS_WORKERS="0",
-                             DOCEX_DATABASE_URL=url)
-    daemon = Daemon("api", workdir, env)
     figures: dict[str, Any] = {"jobs": args.jobs, "requests": args.requests,
                                "database": "postgresql" if args.database_url else "sqlite"}
-    try:
-        daemon.start()
+    with api_daemon("docex-bench-lists-", args.database_url) as (daemon, url):
         with httpx.Client(base_url=daemon.base, timeout=30) as client:
             email = f"bench-{secrets.token_hex(4)}@example.com"
             headers, schemas = _user(client, email)
@@ -220,10 +210,6 @@ def main() -> int:
                 for line in _plan(url, user_id, query):
                     print(f"            {line}")
         figures["console"] = _console_first_page(daemon.base, email, args.loads)
-    finally:
-        daemon.stop()
-        if schema_name and args.database_url:
-            drop_schema(args.database_url, schema_name)
     print(json.dumps(figures))
     return 0
 

@@ -46,6 +46,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,26 @@ def scratch_schema(url: str) -> tuple[str, str]:
 
 def drop_schema(url: str, name: str) -> None:
     _execute(url, f"DROP SCHEMA IF EXISTS {name} CASCADE")
+
+
+@contextlib.contextmanager
+def api_daemon(prefix: str, database_url: str | None) -> Iterator[tuple[Daemon, str]]:
+    """A started `docex serve` with no workers, on a new SQLite file or on a scratch schema
+    of the PostgreSQL `database_url`: (the daemon, the database URL it uses, for filling it
+    directly). Stopped, and its schema dropped, on leaving."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    schema_name, url = (None, f"sqlite:///{workdir / 'data' / 'docex.db'}") if database_url is None \
+        else scratch_schema(database_url)
+    env = harness.daemon_env(workdir / "data", DOCEX_AUTH_BCRYPT_ROUNDS="4", DOCEX_JOBS_WORKERS="0",
+                             DOCEX_DATABASE_URL=url)
+    daemon = Daemon("api", workdir, env)
+    try:
+        daemon.start()
+        yield daemon, url
+    finally:
+        daemon.stop()
+        if schema_name is not None and database_url is not None:
+            drop_schema(database_url, schema_name)
 
 
 # --- API set-up --------------------------------------------------------------------------
