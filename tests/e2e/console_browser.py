@@ -139,6 +139,9 @@ def open_console(start_daemon: Callable[..., Any], env: dict[str, str] | None = 
             console = Console(daemon, browser, None, None)
             console.context, console.page = console.new_context()
             yield console
+        except BaseException as failure:
+            failure.add_note(daemon.describe())  # the daemon's side of what went wrong
+            raise
         finally:
             browser.close()
     assert console.outside == [], f"the console reached outside docex: {console.outside}"

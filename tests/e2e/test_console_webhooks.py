@@ -50,11 +50,13 @@ class ThreadedReceiver:
         assert self.receiver is not None
         return self.receiver.url("/hook")
 
-    def wait_for(self, count: int, timeout_s: float = 15.0) -> list[Received]:
+    def wait_for(self, count: int, timeout_s: float = 15.0, explain: Callable[[], str] = str) -> list[Received]:
+        """The requests once `count` have arrived; a timeout fails with `explain()` attached."""
         assert self.receiver is not None
         deadline = time.monotonic() + timeout_s
         while len(self.receiver.requests) < count:
-            assert time.monotonic() < deadline, f"{len(self.receiver.requests)} of {count} requests arrived"
+            assert time.monotonic() < deadline, (
+                f"{len(self.receiver.requests)} of {count} requests arrived\n{explain()}")
             time.sleep(0.05)
         return list(self.receiver.requests)
 
@@ -92,6 +94,17 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
             assert response.status_code == 200, response.text
             found: list[dict[str, Any]] = response.json()["data"]
             return found
+
+        def delivery_log() -> str:
+            """What the daemon did with this user's deliveries, and its log: why a request is missing."""
+            lines = []
+            for each in endpoints():
+                log = httpx.get(console.daemon.url(f"/api/webhooks/{each['id']}/deliveries"), headers=auth).json()
+                for delivery in log.get("data", []):
+                    detail = httpx.get(console.daemon.url(f"/api/webhooks/deliveries/{delivery['id']}"),
+                                       headers=auth).json()
+                    lines.append(json.dumps(detail))
+            return "\n".join(lines) + "\n" + console.daemon.describe()
 
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Webhooks").click()
         page.get_by_role("heading", name="Webhooks", exact=True).wait_for()
@@ -146,7 +159,7 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         page.get_by_role("link", name=receiver.url()).click()
         page.get_by_role("heading", name="Webhook endpoint").wait_for()
         page.get_by_role("button", name="Send test").click()
-        [ping] = receiver.wait_for(1)
+        [ping] = receiver.wait_for(1, explain=delivery_log)
         envelope = verified(ping, secret)
         assert envelope["type"] == "webhook.ping"
         assert envelope["data"] == {"endpointId": endpoint["id"], "message": "ping"}
@@ -161,7 +174,7 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
 
         # Replay: the same event again as a new delivery.
         page.get_by_role("button", name="Replay").click()
-        again = receiver.wait_for(2)[1]
+        again = receiver.wait_for(2, explain=delivery_log)[1]
         assert verified(again, secret)["id"] == envelope["id"]
         assert again.headers["x-webhook-id"] != ping.headers["x-webhook-id"]
         expect(deliveries.get_by_role("row").filter(has_text="webhook.ping")).to_have_count(2)
@@ -182,7 +195,7 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         rotated = page.locator(".secret code").inner_text()
         assert rotated.startswith("whsec_") and rotated != secret
         page.get_by_role("button", name="Send test").click()
-        verified(receiver.wait_for(3)[2], rotated)
+        verified(receiver.wait_for(3, explain=delivery_log)[2], rotated)
 
         # Disable and enable, as the API sees it.
         page.get_by_role("button", name="Disable").click()

@@ -1,6 +1,6 @@
-// Pieces the webhooks, account and admin screens share: a secret shown once, and a
-// confirmation asked in place (no window.confirm: a modal the page cannot style, that
-// screen readers announce poorly and that blocks every other tab of the browser).
+// Pieces the screens share: a secret shown once, a confirmation asked in place (no
+// window.confirm: a modal the page cannot style, that screen readers announce poorly and
+// that blocks every other tab of the browser), and the poll that keeps a screen current.
 
 import { fill, h, uid } from "./dom.js";
 
@@ -73,4 +73,27 @@ export function confirmButton(text, question, action, { yes, danger = false, lab
 
   idle();
   return box;
+}
+
+/** Call `tick` while the screen is shown (not while its tab is hidden), `delayMs()` apart,
+ * asked afresh before each wait; a tick that answers false ends the polling.
+ *
+ * Returns `retime`: call it when the person set something moving (a test event sent, a
+ * file uploaded), so a slow wait begun while all was still is cut to the fast one now due. */
+export function poll(ctx, delayMs, tick) {
+  let retime = () => {};
+  (async () => {
+    while (!ctx.signal.aborted) {
+      await new Promise((resolve) => {
+        let timer = setTimeout(resolve, delayMs());
+        retime = () => { clearTimeout(timer); timer = setTimeout(resolve, delayMs()); };
+      });
+      if (ctx.signal.aborted) return;
+      if (document.hidden) continue;
+      try {
+        if (await tick() === false) return;
+      } catch { /* the next round tries again; a 401 already sent us to sign-in */ }
+    }
+  })();
+  return () => retime();
 }

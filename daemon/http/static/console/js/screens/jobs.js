@@ -4,6 +4,7 @@
 
 import * as api from "../api.js";
 import { badge, bytes, field, fill, h, select, shortId, table, when } from "../dom.js";
+import { poll } from "../widgets.js";
 
 const STATUSES = ["PENDING", "QUEUED", "RUNNING", "COMPLETED", "FAILED", "CANCELLED"];
 const MOVING = new Set(["PENDING", "QUEUED", "RUNNING"]);
@@ -34,6 +35,7 @@ export async function render(view, params, ctx) {
   const cursors = [undefined]; // the cursor of each page shown so far; the last is the current page
   let lastPage = null;
   let watchedRun = null;
+  let retimePoll = () => {}; // set once the poll below starts
 
   // --- upload ---
   const schemaPicker = select([["", "Choose a schema…"], ...schemaList.map((s) => [s.id, s.name])],
@@ -83,6 +85,7 @@ export async function render(view, params, ctx) {
       filePicker.value = "";
       cursors.splice(0, cursors.length, undefined);
       await refresh();
+      retimePoll();
     } catch (error) {
       uploadProblem.textContent = error.message;
       uploadProblem.hidden = false;
@@ -183,14 +186,10 @@ export async function render(view, params, ctx) {
   await refresh();
 
   // Poll while the screen is shown: fast while something moves, slowly on the first page.
-  (async () => {
-    while (!ctx.signal.aborted) {
-      const moving = (lastPage && lastPage.data.some((job) => MOVING.has(job.status)))
-        || (watchedRun && watchedRun.status === "RUNNING");
-      await new Promise((resolve) => setTimeout(resolve, moving ? FAST_POLL_MS : SLOW_POLL_MS));
-      if (ctx.signal.aborted) return;
-      if (document.hidden || (!moving && cursors.length > 1)) continue;
-      try { await refresh(); } catch { /* the next round tries again; a 401 already sent us to sign-in */ }
-    }
-  })();
+  const moving = () => (lastPage && lastPage.data.some((job) => MOVING.has(job.status)))
+    || (watchedRun && watchedRun.status === "RUNNING");
+  retimePoll = poll(ctx, () => (moving() ? FAST_POLL_MS : SLOW_POLL_MS), async () => {
+    if (!moving() && cursors.length > 1) return; // a later page the person is reading stays put
+    await refresh();
+  });
 }

@@ -4,6 +4,7 @@
 
 import * as api from "../api.js";
 import { badge, fill, h, shortId, table, when } from "../dom.js";
+import { poll } from "../widgets.js";
 
 const PAGE_SIZE = 20;
 const POLL_MS = 10000; // other clients and workers add jobs; a person approving removes them
@@ -89,11 +90,5 @@ export async function render(view, params, ctx) {
     pager);
   await refresh();
 
-  (async () => {
-    while (!ctx.signal.aborted) {
-      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-      if (ctx.signal.aborted || document.hidden) continue;
-      try { await refresh(); } catch { /* the next round tries again */ }
-    }
-  })();
+  poll(ctx, () => POLL_MS, refresh);
 }

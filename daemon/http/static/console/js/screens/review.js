@@ -9,6 +9,7 @@
 
 import * as api from "../api.js";
 import { badge, field, fill, h, select, setFieldError, shortId, uid, when } from "../dom.js";
+import { poll } from "../widgets.js";
 import { statusBadges } from "./jobs.js";
 
 const MOVING = new Set(["PENDING", "QUEUED", "RUNNING"]);
@@ -477,19 +478,13 @@ function notReviewable(view, job, params, ctx) {
         deleteButton(job, ctx),
         h("a", { href: "#/jobs" }, "Back to the jobs"))));
   if (!moving) return;
-  (async () => {
-    while (!ctx.signal.aborted) {
-      await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-      if (ctx.signal.aborted || document.hidden) continue;
-      let now;
-      try { now = await api.get(`/api/jobs/${encodeURIComponent(job.id)}`); } catch { continue; }
-      if (ctx.signal.aborted) return;
-      if (now.status !== job.status) {
-        await render(view, params, ctx);
-        return;
-      }
-    }
-  })();
+  // Until the job ends: then the screen is drawn afresh, with its values, and polls no more.
+  poll(ctx, () => POLL_MS, async () => {
+    const now = await api.get(`/api/jobs/${encodeURIComponent(job.id)}`);
+    if (ctx.signal.aborted || now.status === job.status) return true;
+    await render(view, params, ctx);
+    return false;
+  });
 }
 
 function deleteButton(job, ctx) {

@@ -8,7 +8,7 @@
 
 import * as api from "../api.js";
 import { badge, field, fill, h, select, shortId, table, uid, when } from "../dom.js";
-import { confirmButton, secretBox } from "../widgets.js";
+import { confirmButton, poll, secretBox } from "../widgets.js";
 
 const MODES = [["AUTOMATIC", "Automatic: the events subscribed to"], ["MANUAL", "Manual: only sends and tests"]];
 const FORMATS = [["JSON", "JSON"], ["XML", "XML"], ["FORM_URLENCODED", "Form (URL-encoded)"]];
@@ -193,6 +193,7 @@ async function renderEndpoint(view, id, catalog, ctx) {
   const cursors = [undefined];
   let lastPage = null;
   let selected = null; // the delivery detail on show
+  let retimePoll = () => {}; // set once the poll below starts
 
   const heading = h("h1", {});
   const summary = h("div", {});
@@ -240,6 +241,7 @@ async function renderEndpoint(view, id, catalog, ctx) {
     ctx.notify("Test event queued.");
     cursors.splice(0, cursors.length, undefined);
     await Promise.all([refreshList(), showDelivery(delivery.id)]);
+    retimePoll();
   });
 
   const setEnabled = (enabled) => act(async () => {
@@ -343,6 +345,7 @@ async function renderEndpoint(view, id, catalog, ctx) {
     ctx.notify(endpoint.enabled ? "Replay queued." : "Replay queued: it waits until the endpoint is enabled.");
     cursors.splice(0, cursors.length, undefined);
     await Promise.all([refreshList(), showDelivery(delivery.id)]);
+    retimePoll();
   });
 
   function drawDetail() {
@@ -382,6 +385,7 @@ async function renderEndpoint(view, id, catalog, ctx) {
         : "No failed delivery to recover since then.");
       cursors.splice(0, cursors.length, undefined);
       await refreshList();
+      retimePoll();
     });
   } },
   field("Recover failed deliveries since", since,
@@ -402,17 +406,11 @@ async function renderEndpoint(view, id, catalog, ctx) {
   await refreshList();
 
   // Poll while shown: fast while a delivery on show is still being attempted.
-  (async () => {
-    while (!ctx.signal.aborted) {
-      const moving = (lastPage && lastPage.data.some((d) => MOVING.has(d.status)))
-        || (selected && MOVING.has(selected.status));
-      await new Promise((resolve) => setTimeout(resolve, moving ? FAST_POLL_MS : SLOW_POLL_MS));
-      if (ctx.signal.aborted) return;
-      if (document.hidden || (!moving && cursors.length > 1)) continue;
-      try {
-        await refreshList();
-        if (selected && MOVING.has(selected.status)) await showDelivery(selected.id);
-      } catch { /* the next round tries again; a 401 already sent us to sign-in */ }
-    }
-  })();
+  const moving = () => (lastPage && lastPage.data.some((d) => MOVING.has(d.status)))
+    || (selected && MOVING.has(selected.status));
+  retimePoll = poll(ctx, () => (moving() ? FAST_POLL_MS : SLOW_POLL_MS), async () => {
+    if (!moving() && cursors.length > 1) return; // a later page the person is reading stays put
+    await refreshList();
+    if (selected && MOVING.has(selected.status)) await showDelivery(selected.id);
+  });
 }
