@@ -72,9 +72,19 @@ _URL = re.compile(r"https?://[^\s/]+(/\S*)?")
 
 
 def _http_url(value: str | None) -> str | None:
-    if value is not None and not (_URL.fullmatch(value) and _host(value)):
+    # ASCII without backslashes, and a URL botocore takes: otherwise a host that is loopback to
+    # urllib3 passed the literal check here (`http://127.0.0.1\@example.com`, `http://１２７.０.０.１`),
+    # or botocore refused the endpoint at each use (`http://127。0。0。1`: POST .../test was a 500).
+    if value is not None and not (_URL.fullmatch(value) and value.isascii() and "\\" not in value
+                                  and _host(value) and _botocore_accepts(value)):
         raise ValueError("config.endpointUrl must be an http(s) URL")
     return value
+
+
+def _botocore_accepts(url: str) -> bool:
+    from botocore.utils import is_valid_endpoint_url, is_valid_ipv6_endpoint_url
+
+    return bool(is_valid_endpoint_url(url) or is_valid_ipv6_endpoint_url(url))
 
 
 def _host(url: str) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import trio
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from quart import Blueprint, request
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -67,6 +67,18 @@ class JobQuery(PageQuery):
     review: Literal["pending"] | None = Field(
         default=None, description="pending: the review queue, OLDEST first: COMPLETED jobs nobody approved whose "
         "result has a value under review.confidence_threshold or lacks a required value")
+
+    @field_validator("createdAfter", "createdBefore")
+    @classmethod
+    def _in_utc_range(cls, value: dt.datetime | None, info: ValidationInfo) -> dt.datetime | None:
+        # The database compares in UTC: 9999-12-31T23:59:59-23:59 or 0001-01-01T00:00:00+23:59 parse,
+        # but have no UTC datetime (OverflowError at the query: a 500, or a cut-off export stream).
+        if value is None or value.tzinfo is None:
+            return value
+        try:
+            return value.astimezone(dt.UTC)
+        except OverflowError:
+            raise ValueError(f"{info.field_name} must be a date between 0001-01-01 and 9999-12-31 in UTC") from None
 
     def filter(self) -> JobFilter:
         return JobFilter(

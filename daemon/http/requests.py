@@ -12,6 +12,7 @@ flow control carries the backpressure to the client.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, cast
 
@@ -156,9 +157,12 @@ def parse_json_body(raw: bytes) -> Any:
         raise BadRequest(["request body is not valid JSON: it must be UTF-8"]) from None
     too_deep = BadRequest([f"request body is nested deeper than {MAX_JSON_DEPTH} levels"])
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_float=_finite_float, parse_constant=_not_a_number)
     except RecursionError:  # json.loads recurses once per level: past ~1000 it gives up
         raise too_deep from None
+    except _NotFinite:
+        raise BadRequest(["request body is not valid JSON: it has NaN, Infinity or a number out of range "
+                          "(such as 1e309)"]) from None
     except ValueError:
         raise BadRequest(["request body is not valid JSON"]) from None
     # Depth cannot exceed the number of opening brackets: most bodies skip the walk.
@@ -172,6 +176,24 @@ def parse_json_body(raw: bytes) -> Any:
         except UnicodeEncodeError:
             raise BadRequest(["request body is not valid JSON: it has an unpaired surrogate escape"]) from None
     return value
+
+
+class _NotFinite(ValueError):
+    """A number JSON cannot carry: NaN, Infinity, or a literal that overflows a double."""
+
+
+# Python's json reads NaN, Infinity and 1e309 (as inf) although RFC 8259 has no such numbers:
+# stored in a result, every later answer, export and webhook body would carry `NaN`, which
+# JSON.parse (the console), PostgreSQL's jsonb and most clients refuse.
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if math.isinf(number):
+        raise _NotFinite(literal)
+    return number
+
+
+def _not_a_number(literal: str) -> Any:
+    raise _NotFinite(literal)
 
 
 def nests_deeper(value: Any, limit: int) -> bool:
@@ -211,7 +233,7 @@ def refuse_unusable_requests(app: Quart) -> None:
 _RESOURCES = {
     "schema_id": "Schema", "job_id": "Job", "run_id": "Job run", "endpoint_id": "Webhook endpoint",
     "delivery_id": "Webhook delivery", "integration_id": "Integration", "session_id": "Session",
-    "key_id": "API key", "user_id": "User",
+    "key_id": "API key", "user_id": "User", "inbox_id": "Inbox", "example_id": "Example",
 }
 
 
