@@ -504,7 +504,10 @@ async def get_job_file(job_id: str) -> Response:
             yield chunk
 
     name = job.file_name or "document"
-    ascii_name = name.encode("ascii", "replace").decode().replace('"', "").replace("\\", "")
+    # Printable ASCII only: a name from an inbox's file or a bucket's key may hold a line
+    # break, which a header cannot carry (werkzeug refuses it: a 500 on every download).
+    ascii_name = "".join(ch for ch in name.encode("ascii", "replace").decode()
+                         if ch.isprintable() and ch not in '"\\')
     response = Response(stream(), content_type=job.mime_type or "application/octet-stream")
     response.headers["Content-Disposition"] = (
         f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{urllib.parse.quote(name, safe='')}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,8 +142,15 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
     return upload
 
 
+def _clean_name(name: str) -> str:
+    """The multipart file name without control characters: `filename*=UTF-8''a%00b`
+    decodes to a NUL, which PostgreSQL refuses in text (a 500 on upload), and
+    ``%0D%0A`` to a line break that no response header may carry."""
+    return "".join(ch for ch in name if unicodedata.category(ch) != "Cc")[:500] or "upload"
+
+
 async def _finish(sink: _FileSink) -> StoredFile:
     """Commit the blob, then tell its type from its bytes (ZIPs by their members)."""
     await sink.writer.commit()
     mime = filetypes.sniff(bytes(sink.head))
-    return StoredFile(sink.writer.key, sink.name[:500], sink.size, sink.hasher.hexdigest(), mime or "")
+    return StoredFile(sink.writer.key, _clean_name(sink.name), sink.size, sink.hasher.hexdigest(), mime or "")

@@ -74,7 +74,7 @@ def parse_docx(path: Path, options: ParseOptions) -> Document:
 
         document = docx.Document(str(path))
         blocks = list(_docx_blocks(document))
-    except PermanentJobError:
+    except (PermanentJobError, MemoryError):  # MemoryError: extraction.max_memory, not a damaged file
         raise
     except Exception as exc:  # python-docx and lxml raise many types on malformed parts
         raise corrupted("DOCX document", exc) from exc
@@ -126,16 +126,38 @@ def _docx_blocks(document: Any) -> Iterator[str | list[list[str]] | None]:
 
 
 def _docx_table(table: Any) -> list[list[str]]:
+    """Each row's cell texts, a merged cell once where it spans grid columns.
+
+    Not python-docx's `_Row.cells`, which yields a cell once per grid column it
+    spans (a 900-byte file with gridSpan 2147483647 allocated gigabytes) and
+    finds the cell a vertically merged one continues by walking up the table
+    from each continuing cell, row after row (a 30 KB table of 3,000 merged rows
+    outlasted the 10-minute parse timeout). Here the cell each grid column of
+    the row above holds is kept, so each row costs its own cells. A continuing
+    cell with nothing above it (which python-docx refuses) stands for itself.
+    """
+    from docx.table import _Cell
+
     rows: list[list[str]] = []
+    texts: dict[Any, str] = {}
+    above: dict[int, Any] = {}  # grid column -> the cell (w:tc) that holds it, in the row above
     for row in table.rows:
+        tr = row._tr
+        holds: dict[int, Any] = {}
         cells: list[str] = []
         previous = None
-        for cell in row.cells:
-            # A merged cell appears once per grid column it spans.
-            if previous is not None and cell._tc is previous:
-                continue
-            previous = cell._tc
-            cells.append(cell.text)
+        column = tr.grid_before
+        for tc in tr.tc_lst:
+            cell = above.get(column, tc) if tc.vMerge == "continue" else tc
+            holds[column] = cell
+            # A merged cell appears once, however many grid columns it spans.
+            if cell is not previous:
+                if cell not in texts:
+                    texts[cell] = _Cell(cell, table).text
+                cells.append(texts[cell])
+            previous = cell
+            column += tc.grid_span
+        above = holds
         rows.append(cells)
     return rows
 
@@ -149,6 +171,9 @@ def parse_xlsx(path: Path, options: ParseOptions) -> Document:
         import openpyxl
 
         workbook = openpyxl.load_workbook(handle, read_only=True, data_only=True)
+    except MemoryError:  # extraction.max_memory (PARSE_OUT_OF_MEMORY), not a damaged file
+        handle.close()
+        raise
     except Exception as exc:  # openpyxl and lxml raise many types on malformed parts
         handle.close()
         raise corrupted("XLSX workbook", exc) from exc
@@ -167,7 +192,7 @@ def parse_xlsx(path: Path, options: ParseOptions) -> Document:
                         raise too_large(f"the XLSX workbook has more than {options.max_cells:,} cells",
                                         "max_cells", options.max_cells)
                     rows.append([_cell_text(value) for value in values])
-            except PermanentJobError:
+            except (PermanentJobError, MemoryError):  # MemoryError: extraction.max_memory
                 raise
             except Exception as exc:
                 raise corrupted("XLSX workbook", f"sheet {sheet.title!r}: {exc}") from exc

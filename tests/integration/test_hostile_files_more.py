@@ -1,0 +1,125 @@
+"""More hostile files and uploads (SPEC §3, §6, §7; issue 12), beyond test_hostile_files.py:
+what a client sees of each, through the HTTP API and the worker pool under the limits
+of ``extraction.*``.
+
+- DOCX tables python-docx reads in time quadratic in their merged rows, or expands
+  a cell per grid column it spans (gridSpan 2^31), read in time;
+- an XLSX whose shared strings exhaust ``extraction.max_memory``: PARSE_OUT_OF_MEMORY,
+  not a CORRUPTED_FILE that blames the file;
+- a multipart file name holding a NUL or a line break (``filename*=UTF-8''a%00b``):
+  a NUL PostgreSQL refuses (a 500 on upload), a line break no header carries (a 500
+  on every download of the file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from pathlib import Path
+from typing import Any
+
+from hostile_docs import _CONTENT_TYPES, _RELS, TEST_LIMITS, _docx_parts, _write_zip
+from jobs_helpers import INVOICE_RESULT, INVOICE_TXT, create_job, running_workers, wait_for_status
+
+
+def with_limits(services: Any, **changes: Any) -> None:
+    """`TEST_LIMITS` and `changes` for the pool (as a SIGHUP would apply them)."""
+    config = services.config
+    services.config = dataclasses.replace(
+        config, extraction=dataclasses.replace(config.extraction, **{**TEST_LIMITS, **changes}))
+
+
+_LABELS = b"<w:p><w:r><w:t>Invoice Number: INV-42</w:t></w:r></w:p><w:p><w:r><w:t>Total: 12.50</w:t></w:r></w:p>"
+
+
+def docx_merged_rows(path: Path, rows: int = 2000, columns: int = 40) -> Path:
+    """The invoice's labels, then a table whose every column is one cell merged
+    down `rows` rows (28 KB): python-docx walks up the table from each merged cell."""
+    first = b"<w:tr>" + b'<w:tc><w:tcPr><w:vMerge w:val="restart"/></w:tcPr><w:p/></w:tc>' * columns + b"</w:tr>"
+    merged = (b"<w:tr>" + b"<w:tc><w:tcPr><w:vMerge/></w:tcPr><w:p/></w:tc>" * columns + b"</w:tr>") * rows
+    return _write_zip(path, _docx_parts(_LABELS + b"<w:tbl>" + first + merged + b"</w:tbl>"))
+
+
+def docx_wide_span(path: Path) -> Path:
+    """The invoice's labels, then a table of one cell spanning 2^31 - 1 grid columns (1 KB)."""
+    cell = b'<w:tc><w:tcPr><w:gridSpan w:val="2147483647"/></w:tcPr><w:p><w:r><w:t>Note</w:t></w:r></w:p></w:tc>'
+    return _write_zip(path, _docx_parts(_LABELS + b"<w:tbl><w:tr>" + cell + b"</w:tr></w:tbl>"))
+
+
+def xlsx_empty_strings(path: Path, strings: int = 13_000_000) -> Path:
+    """A workbook of one cell whose shared-strings table lists `strings` empty
+    strings (65 MB inflated, 100 KB on disk): openpyxl keeps each in a list."""
+    ns = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+    office = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+    kind = "application/vnd.openxmlformats-officedocument.spreadsheetml"
+    overrides = (f'<Override PartName="/xl/workbook.xml" ContentType="{kind}.sheet.main+xml"/>'
+                 f'<Override PartName="/xl/worksheets/sheet1.xml" ContentType="{kind}.worksheet+xml"/>'
+                 f'<Override PartName="/xl/sharedStrings.xml" ContentType="{kind}.sharedStrings+xml"/>')
+    return _write_zip(path, {
+        "[Content_Types].xml": _CONTENT_TYPES.format(overrides).encode(),
+        "_rels/.rels": _RELS.format(f'<Relationship Id="rId1" Type="{office}/officeDocument" '
+                                    'Target="xl/workbook.xml"/>').encode(),
+        "xl/workbook.xml": (f'<workbook xmlns="{ns}" xmlns:r="{office}"><sheets><sheet name="S" sheetId="1" '
+                            'r:id="rId1"/></sheets></workbook>').encode(),
+        "xl/_rels/workbook.xml.rels": _RELS.format(
+            f'<Relationship Id="rId1" Type="{office}/worksheet" Target="worksheets/sheet1.xml"/>'
+            f'<Relationship Id="rId2" Type="{office}/sharedStrings" Target="sharedStrings.xml"/>').encode(),
+        "xl/sharedStrings.xml": f'<sst xmlns="{ns}">'.encode() + b"<si/>" * strings + b"</sst>",
+        "xl/worksheets/sheet1.xml": f'<worksheet xmlns="{ns}"><sheetData><row r="1"><c r="A1" t="s"><v>0</v>'
+                                    '</c></row></sheetData></worksheet>'.encode(),
+    })
+
+
+async def test_merged_and_wide_docx_tables_are_read_in_time(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, tmp_path: Path) -> None:
+    # Before: the merged rows met extraction.parse_timeout (PARSE_TIMEOUT after 10
+    # minutes under the defaults), the wide span took 1.8 GB and failed CORRUPTED_FILE.
+    with_limits(services)
+    jobs = {name: await create_job(client, alice, schema_id, build(tmp_path / name).read_bytes(), name)
+            for name, build in (("merged.docx", docx_merged_rows), ("wide.docx", docx_wide_span))}
+    async with running_workers(services, workers=2):
+        done = {name: await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=60)
+                for name, job in jobs.items()}
+    for job in done.values():
+        assert (job["status"], job["errorCode"], job["result"]) == ("COMPLETED", None, INVOICE_RESULT), job
+
+
+async def test_shared_strings_past_the_memory_limit_fail_as_out_of_memory_not_as_corrupted(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, tmp_path: Path) -> None:
+    with_limits(services, max_memory_bytes=400 * 1024**2, max_part_size_bytes=64 * 1024**2, parse_timeout_s=90)
+    data = xlsx_empty_strings(tmp_path / "strings.xlsx").read_bytes()
+    job = await create_job(client, alice, schema_id, data, "strings.xlsx")
+    async with running_workers(services, workers=1):
+        done = await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=120)
+    assert (done["status"], done["errorCode"]) == ("FAILED", "PARSE_OUT_OF_MEMORY"), done
+    assert "extraction.max_memory (419,430,400 bytes)" in done["errorMessage"]
+
+
+def _upload(disposition: bytes, schema_id: str) -> tuple[bytes, dict[str, str]]:
+    """A job upload whose file part has the raw Content-Disposition parameters `disposition`."""
+    boundary = "docex" + secrets.token_hex(12)
+    body = (f'--{boundary}\r\nContent-Disposition: form-data; name="type"\r\n\r\nEXTRACTION\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="schemaId"\r\n\r\n{schema_id}\r\n'
+            f'--{boundary}\r\nContent-Disposition: form-data; name="file"; ').encode()
+    body += disposition + b"\r\nContent-Type: text/plain\r\n\r\n" + INVOICE_TXT + f"\r\n--{boundary}--\r\n".encode()
+    return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
+async def test_control_characters_in_a_file_name_are_dropped_and_the_file_downloads(
+        client: Any, alice: dict[str, str], schema_id: str) -> None:
+    names = {
+        b'filename="inv\x00oice.txt"': "invoice.txt",
+        b"filename*=UTF-8''inv%00oice.txt": "invoice.txt",
+        b"filename*=UTF-8''invoice%0D%0ASet-Cookie%3A%20a%3Db.txt": "invoiceSet-Cookie: a=b.txt",
+        b"filename*=UTF-8''%0A%1B": "upload",
+    }
+    for disposition, stored in names.items():
+        body, content_type = _upload(disposition, schema_id)
+        r = await client.post("/api/jobs", data=body, headers={**alice, **content_type})
+        job = await r.get_json()
+        assert r.status_code == 201, job
+        assert job["fileName"] == stored
+        r = await client.get(f"/api/jobs/{job['id']}/file", headers=alice)
+        assert r.status_code == 200, disposition
+        assert await r.get_data() == INVOICE_TXT
+        assert "\n" not in r.headers["Content-Disposition"] and "\r" not in r.headers["Content-Disposition"]
