@@ -3,7 +3,8 @@ what a client sees of each, through the HTTP API and the worker pool under the l
 of ``extraction.*``.
 
 - DOCX tables python-docx reads in time quadratic in their merged rows, or expands
-  a cell per grid column it spans (gridSpan 2^31), read in time;
+  a cell per grid column it spans (gridSpan 2^31), and a paragraph of many runs
+  (an XPath per run), read in time;
 - an XLSX whose shared strings exhaust ``extraction.max_memory``: PARSE_OUT_OF_MEMORY,
   not a CORRUPTED_FILE that blames the file;
 - a multipart file name holding a NUL or a line break (``filename*=UTF-8''a%00b``):
@@ -46,6 +47,13 @@ def docx_wide_span(path: Path) -> Path:
     return _write_zip(path, _docx_parts(_LABELS + b"<w:tbl><w:tr>" + cell + b"</w:tr></w:tbl>"))
 
 
+def docx_many_runs(path: Path, runs: int = 80_000) -> Path:
+    """The invoice's labels, then one paragraph of a hyperlink and `runs` one-letter runs
+    (5 KB): python-docx evaluates an XPath per run whose cost grows with the document."""
+    paragraph = b"<w:p><w:hyperlink><w:r><w:t>a</w:t></w:r></w:hyperlink>" + b"<w:r><w:t>x</w:t></w:r>" * runs
+    return _write_zip(path, _docx_parts(_LABELS + paragraph + b"</w:p>"))
+
+
 def xlsx_empty_strings(path: Path, strings: int = 13_000_000) -> Path:
     """A workbook of one cell whose shared-strings table lists `strings` empty
     strings (65 MB inflated, 100 KB on disk): openpyxl keeps each in a list."""
@@ -70,13 +78,15 @@ def xlsx_empty_strings(path: Path, strings: int = 13_000_000) -> Path:
     })
 
 
-async def test_merged_and_wide_docx_tables_are_read_in_time(
+async def test_merged_and_wide_docx_tables_and_a_paragraph_of_many_runs_are_read_in_time(
         client: Any, services: Any, alice: dict[str, str], schema_id: str, tmp_path: Path) -> None:
     # Before: the merged rows met extraction.parse_timeout (PARSE_TIMEOUT after 10
-    # minutes under the defaults), the wide span took 1.8 GB and failed CORRUPTED_FILE.
+    # minutes under the defaults), the wide span took 1.8 GB and failed CORRUPTED_FILE, the
+    # paragraph of 80,000 runs took 77 s (200,000: over 8 minutes).
     with_limits(services)
     jobs = {name: await create_job(client, alice, schema_id, build(tmp_path / name).read_bytes(), name)
-            for name, build in (("merged.docx", docx_merged_rows), ("wide.docx", docx_wide_span))}
+            for name, build in (("merged.docx", docx_merged_rows), ("wide.docx", docx_wide_span),
+                                 ("runs.docx", docx_many_runs))}
     async with running_workers(services, workers=2):
         done = {name: await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=60)
                 for name, job in jobs.items()}
