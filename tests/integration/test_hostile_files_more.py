@@ -5,6 +5,8 @@ of ``extraction.*``.
 - DOCX tables python-docx reads in time quadratic in their merged rows, or expands
   a cell per grid column it spans (gridSpan 2^31), and a paragraph of many runs
   (an XPath per run), read in time;
+- a TIFF of 40,000 frames, whose count Pillow takes in quadratic time: TOO_MANY_PAGES
+  at once, not after the parse timeout;
 - an XLSX whose shared strings exhaust ``extraction.max_memory``: PARSE_OUT_OF_MEMORY,
   not a CORRUPTED_FILE that blames the file;
 - a multipart file name holding a NUL or a line break (``filename*=UTF-8''a%00b``):
@@ -92,6 +94,38 @@ async def test_merged_and_wide_docx_tables_and_a_paragraph_of_many_runs_are_read
                 for name, job in jobs.items()}
     for job in done.values():
         assert (job["status"], job["errorCode"], job["result"]) == ("COMPLETED", None, INVOICE_RESULT), job
+
+
+def tiff_many_frames(path: Path, frames: int = 40_000) -> Path:
+    """A TIFF of `frames` one-pixel frames sharing one pixel (4 MB), written header by
+    header (Pillow's own writer takes minutes for as many): Pillow's frame count walks
+    them in time quadratic in their number."""
+    import struct
+
+    entries = [(256, 3, 1), (257, 3, 1), (258, 3, 8), (259, 3, 1), (262, 3, 1), (273, 4, 8), (278, 3, 1),
+               (279, 4, 1)]  # width, height, bits, no compression, black is zero, strip at 8, one row of one byte
+    size = 2 + 12 * len(entries) + 4
+    data = bytearray(b"II*\x00" + struct.pack("<I", 12) + b"\xff\x00\x00\x00")
+    for index in range(frames):
+        following = 12 + (index + 1) * size if index + 1 < frames else 0
+        data += struct.pack("<H", len(entries))
+        for tag, kind, value in entries:
+            packed = struct.pack("<I", value) if kind == 4 else struct.pack("<HH", value, 0)
+            data += struct.pack("<HHI", tag, kind, 1) + packed
+        data += struct.pack("<I", following)
+    path.write_bytes(bytes(data))
+    return path
+
+
+async def test_a_tiff_of_many_frames_fails_as_too_many_pages_at_once(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, tmp_path: Path) -> None:
+    # Before: counting the frames took 10 s (an hour for a few hundred thousand), past this timeout.
+    with_limits(services, parse_timeout_s=5)
+    job = await create_job(client, alice, schema_id, tiff_many_frames(tmp_path / "frames.tiff").read_bytes(),
+                           "frames.tiff")
+    async with running_workers(services, workers=1):
+        done = await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=60)
+    assert (done["status"], done["errorCode"]) == ("FAILED", "TOO_MANY_PAGES"), done
 
 
 async def test_shared_strings_past_the_memory_limit_fail_as_out_of_memory_not_as_corrupted(
