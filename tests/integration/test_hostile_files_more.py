@@ -5,6 +5,7 @@ of ``extraction.*``.
 - DOCX tables python-docx reads in time quadratic in their merged rows, or expands
   a cell per grid column it spans (gridSpan 2^31), and a paragraph of many runs
   (an XPath per run), read in time;
+- DOCX tables of more cells than ``extraction.max_cells``: DOCUMENT_TOO_LARGE;
 - a TIFF of 40,000 frames, whose count Pillow takes in quadratic time: TOO_MANY_PAGES
   at once, not after the parse timeout;
 - an XLSX whose shared strings exhaust ``extraction.max_memory``: PARSE_OUT_OF_MEMORY,
@@ -84,8 +85,9 @@ async def test_merged_and_wide_docx_tables_and_a_paragraph_of_many_runs_are_read
         client: Any, services: Any, alice: dict[str, str], schema_id: str, tmp_path: Path) -> None:
     # Before: the merged rows met extraction.parse_timeout (PARSE_TIMEOUT after 10
     # minutes under the defaults), the wide span took 1.8 GB and failed CORRUPTED_FILE, the
-    # paragraph of 80,000 runs took 77 s (200,000: over 8 minutes).
-    with_limits(services)
+    # paragraph of 80,000 runs took 77 s (200,000: over 8 minutes). The merged table's
+    # 80,000 cells are within the default extraction.max_cells.
+    with_limits(services, max_cells=200_000)
     jobs = {name: await create_job(client, alice, schema_id, build(tmp_path / name).read_bytes(), name)
             for name, build in (("merged.docx", docx_merged_rows), ("wide.docx", docx_wide_span),
                                  ("runs.docx", docx_many_runs))}
@@ -126,6 +128,24 @@ async def test_a_tiff_of_many_frames_fails_as_too_many_pages_at_once(
     async with running_workers(services, workers=1):
         done = await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=60)
     assert (done["status"], done["errorCode"]) == ("FAILED", "TOO_MANY_PAGES"), done
+
+
+def docx_many_cells(path: Path, rows: int = 2_000, columns: int = 12) -> Path:
+    """The invoice's labels, then a table of `rows` × `columns` one-letter cells (24,000, 30 KB)."""
+    row = b"<w:tr>" + b"<w:tc><w:p><w:r><w:t>x</w:t></w:r></w:p></w:tc>" * columns + b"</w:tr>"
+    return _write_zip(path, _docx_parts(_LABELS + b"<w:tbl>" + row * rows + b"</w:tbl>"))
+
+
+async def test_docx_tables_past_max_cells_are_too_large(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, tmp_path: Path) -> None:
+    # Before: a DOCX table's cells were not counted (180,000 cost the rules 54 s).
+    with_limits(services)  # max_cells 20,000
+    job = await create_job(client, alice, schema_id, docx_many_cells(tmp_path / "cells.docx").read_bytes(),
+                           "cells.docx")
+    async with running_workers(services, workers=1):
+        done = await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=60)
+    assert (done["status"], done["errorCode"]) == ("FAILED", "DOCUMENT_TOO_LARGE"), done
+    assert "extraction.max_cells (20,000)" in done["errorMessage"], done
 
 
 async def test_shared_strings_past_the_memory_limit_fail_as_out_of_memory_not_as_corrupted(

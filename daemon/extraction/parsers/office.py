@@ -10,8 +10,9 @@ Both are ZIP archives: a broken archive, a missing part or malformed XML is
 ``CORRUPTED_FILE``; so is an archive that would inflate past `MAX_UNZIPPED`
 (a zip bomb would exhaust the worker before the library noticed). A part
 inflating past ``extraction.max_part_size`` (python-docx builds a tree of
-the whole document.xml, ~10 bytes of memory per byte of XML) or a workbook of
-more than ``extraction.max_cells`` cells is ``DOCUMENT_TOO_LARGE``.
+the whole document.xml, ~10 bytes of memory per byte of XML), or a workbook or
+a document's tables of more than ``extraction.max_cells`` cells, is
+``DOCUMENT_TOO_LARGE``.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def parse_docx(path: Path, options: ParseOptions) -> Document:
         raise corrupted("DOCX document", exc) from exc
     pages: list[list[Line]] = [[]]
     row = 0
+    cells = 0
     for block in blocks:
         if block is None:  # page break
             pages.append([])
@@ -93,6 +95,10 @@ def parse_docx(path: Path, options: ParseOptions) -> Document:
                     pages[-1].append(line)
                 row += 1
         else:
+            cells += sum(len(cells_of_row) for cells_of_row in block)
+            if cells > options.max_cells:
+                raise too_large(f"the DOCX document's tables have more than {options.max_cells:,} cells",
+                                "max_cells", options.max_cells)
             pages[-1].extend(grid_table_lines(row, block))
             row += len(block) + 1
     if len(pages) > 1 and not pages[-1]:
