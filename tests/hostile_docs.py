@@ -116,37 +116,38 @@ def docx_lying_sizes(path: Path) -> Path:
     return path
 
 
-def xlsx_bomb(path: Path, strings: int = 50_000, rows: int = 2_000) -> Path:
-    """An XLSX of `strings` shared strings, a sheet whose every cell up to
-    column XFD refers to them, and a dimension claiming a million rows."""
+def xlsx_parts(shared_strings: bytes, worksheet: bytes) -> dict[str, bytes]:
+    """An XLSX's parts: one sheet whose <worksheet> holds `worksheet`, and a shared-strings
+    table whose <sst> holds `shared_strings`."""
     ns = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
-    rel_ns = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
-    shared = b"".join(b"<si><t>Total %d</t></si>" % i for i in range(strings))
-    row_cells = b"".join(b'<c t="s"><v>%d</v></c>' % (i % strings) for i in range(200))
-    sheet_rows = b"".join(b'<row r="%d">' % r + row_cells + b'<c r="XFD%d" t="s"><v>0</v></c></row>' % r
-                          for r in range(1, rows + 1))
-    overrides = (
-        '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.'
-        'spreadsheetml.sheet.main+xml"/><Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/'
-        'vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/><Override PartName="/xl/sharedStrings.xml"'
-        ' ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/>'
-    )
     office = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
-    parts = {
+    kind = "application/vnd.openxmlformats-officedocument.spreadsheetml"
+    overrides = (f'<Override PartName="/xl/workbook.xml" ContentType="{kind}.sheet.main+xml"/>'
+                 f'<Override PartName="/xl/worksheets/sheet1.xml" ContentType="{kind}.worksheet+xml"/>'
+                 f'<Override PartName="/xl/sharedStrings.xml" ContentType="{kind}.sharedStrings+xml"/>')
+    return {
         "[Content_Types].xml": _CONTENT_TYPES.format(overrides).encode(),
         "_rels/.rels": _RELS.format(f'<Relationship Id="rId1" Type="{office}/officeDocument" '
                                     'Target="xl/workbook.xml"/>').encode(),
-        "xl/workbook.xml": (f'<workbook xmlns="{ns}" xmlns:r="{rel_ns}"><sheets><sheet name="S" sheetId="1" '
+        "xl/workbook.xml": (f'<workbook xmlns="{ns}" xmlns:r="{office}"><sheets><sheet name="S" sheetId="1" '
                             'r:id="rId1"/></sheets></workbook>').encode(),
         "xl/_rels/workbook.xml.rels": _RELS.format(
             f'<Relationship Id="rId1" Type="{office}/worksheet" Target="worksheets/sheet1.xml"/>'
             f'<Relationship Id="rId2" Type="{office}/sharedStrings" Target="sharedStrings.xml"/>').encode(),
-        "xl/sharedStrings.xml": f'<sst xmlns="{ns}" count="{strings}" uniqueCount="{strings}">'.encode()
-        + shared + b"</sst>",
-        "xl/worksheets/sheet1.xml": f'<worksheet xmlns="{ns}"><dimension ref="A1:XFD1048576"/><sheetData>'.encode()
-        + sheet_rows + b"</sheetData></worksheet>",
+        "xl/sharedStrings.xml": f'<sst xmlns="{ns}">'.encode() + shared_strings + b"</sst>",
+        "xl/worksheets/sheet1.xml": f'<worksheet xmlns="{ns}">'.encode() + worksheet + b"</worksheet>",
     }
-    return _write_zip(path, parts)
+
+
+def xlsx_bomb(path: Path, strings: int = 50_000, rows: int = 2_000) -> Path:
+    """An XLSX of `strings` shared strings, a sheet whose every cell up to
+    column XFD refers to them, and a dimension claiming a million rows."""
+    shared = b"".join(b"<si><t>Total %d</t></si>" % i for i in range(strings))
+    row_cells = b"".join(b'<c t="s"><v>%d</v></c>' % (i % strings) for i in range(200))
+    sheet_rows = b"".join(b'<row r="%d">' % r + row_cells + b'<c r="XFD%d" t="s"><v>0</v></c></row>' % r
+                          for r in range(1, rows + 1))
+    return _write_zip(path, xlsx_parts(
+        shared, b'<dimension ref="A1:XFD1048576"/><sheetData>' + sheet_rows + b"</sheetData>"))
 
 
 # --- images -----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from hostile_docs import _CONTENT_TYPES, _RELS, TEST_LIMITS, _docx_parts, _write_zip
+from hostile_docs import TEST_LIMITS, _docx_parts, _write_zip, xlsx_parts
 from jobs_helpers import INVOICE_RESULT, INVOICE_TXT, create_job, running_workers, wait_for_status
 
 
@@ -60,25 +60,8 @@ def docx_many_runs(path: Path, runs: int = 80_000) -> Path:
 def xlsx_empty_strings(path: Path, strings: int = 13_000_000) -> Path:
     """A workbook of one cell whose shared-strings table lists `strings` empty
     strings (65 MB inflated, 100 KB on disk): openpyxl keeps each in a list."""
-    ns = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
-    office = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
-    kind = "application/vnd.openxmlformats-officedocument.spreadsheetml"
-    overrides = (f'<Override PartName="/xl/workbook.xml" ContentType="{kind}.sheet.main+xml"/>'
-                 f'<Override PartName="/xl/worksheets/sheet1.xml" ContentType="{kind}.worksheet+xml"/>'
-                 f'<Override PartName="/xl/sharedStrings.xml" ContentType="{kind}.sharedStrings+xml"/>')
-    return _write_zip(path, {
-        "[Content_Types].xml": _CONTENT_TYPES.format(overrides).encode(),
-        "_rels/.rels": _RELS.format(f'<Relationship Id="rId1" Type="{office}/officeDocument" '
-                                    'Target="xl/workbook.xml"/>').encode(),
-        "xl/workbook.xml": (f'<workbook xmlns="{ns}" xmlns:r="{office}"><sheets><sheet name="S" sheetId="1" '
-                            'r:id="rId1"/></sheets></workbook>').encode(),
-        "xl/_rels/workbook.xml.rels": _RELS.format(
-            f'<Relationship Id="rId1" Type="{office}/worksheet" Target="worksheets/sheet1.xml"/>'
-            f'<Relationship Id="rId2" Type="{office}/sharedStrings" Target="sharedStrings.xml"/>').encode(),
-        "xl/sharedStrings.xml": f'<sst xmlns="{ns}">'.encode() + b"<si/>" * strings + b"</sst>",
-        "xl/worksheets/sheet1.xml": f'<worksheet xmlns="{ns}"><sheetData><row r="1"><c r="A1" t="s"><v>0</v>'
-                                    '</c></row></sheetData></worksheet>'.encode(),
-    })
+    return _write_zip(path, xlsx_parts(
+        b"<si/>" * strings, b'<sheetData><row r="1"><c r="A1" t="s"><v>0</v></c></row></sheetData>'))
 
 
 async def test_merged_and_wide_docx_tables_and_a_paragraph_of_many_runs_are_read_in_time(
