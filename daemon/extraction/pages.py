@@ -28,7 +28,6 @@ SERVED_AS_STORED = (filetypes.PNG, filetypes.JPEG)
 @dataclass(frozen=True, slots=True)
 class PageImage:
     png: bytes
-    page_count: int
 
 
 class PageOutOfRange(Exception):
@@ -87,15 +86,17 @@ def _render_pdf(path: Path, number: int, width: int, options: ParseOptions) -> P
             page.close()
     finally:
         pdf.close()
-    return PageImage(_png(image), count)
+    return PageImage(_png(image))
 
 
 def _image_frame(path: Path, number: int, options: ParseOptions) -> PageImage:
     from PIL import Image, ImageOps
 
+    from daemon.extraction.parsers.ocr import frame_count
+
     Image.MAX_IMAGE_PIXELS = None  # bounded below, by extraction.max_image_pixels
     with Image.open(path) as image:
-        count = getattr(image, "n_frames", 1)
+        count = frame_count(image, number)  # exact where page `number` is missing
         if not 1 <= number <= count:
             raise PageOutOfRange(f"The image has {count} frame(s); there is no page {number}")
         image.seek(number - 1)
@@ -104,7 +105,7 @@ def _image_frame(path: Path, number: int, options: ParseOptions) -> PageImage:
             raise too_large(f"image frame {number} is {image.width:,}×{image.height:,} px ({pixels:,} pixels)",
                             "max_image_pixels", options.max_image_pixels)
         frame = ImageOps.exif_transpose(image.copy())
-    return PageImage(_png(frame), count)
+    return PageImage(_png(frame))
 
 
 def _png(image: Any) -> bytes:

@@ -154,7 +154,7 @@ async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> New
         with trio.CancelScope(shield=True):
             await writer.abort()
         raise
-    return NewJob(file_name=candidate.name[:500], file_size=size, mime_type=mime, sha256=hasher.hexdigest(),
+    return NewJob(file_name=candidate.name, file_size=size, mime_type=mime, sha256=hasher.hexdigest(),
                   blob_key=writer.key)
 
 

@@ -282,7 +282,7 @@ async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Fou
     again = None
     if len(fresh) > MAX_FILES_PER_SWEEP:
         fresh, again = fresh[:MAX_FILES_PER_SWEEP], time.time()
-    return [repo.Found(c, job=NewJob(file_name=c.name[:500] or None, source=c.source)) for c in fresh], again
+    return [repo.Found(c, job=NewJob(file_name=c.name or None, source=c.source)) for c in fresh], again
 
 
 def _ref_key(ref: FileRef) -> str:

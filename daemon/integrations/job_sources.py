@@ -88,7 +88,7 @@ async def job_sources(services: Services, user_id: str, sources: list[SourceIn],
             jobs.append(NewJob(file_name=name or None, source=ref.source(row.id)))
         else:
             for entry in await _listing(services, row, source, at(i), limit - len(jobs)):
-                jobs.append(NewJob(file_name=entry.name[:500] or None, source=entry.ref.source(row.id)))
+                jobs.append(NewJob(file_name=entry.name or None, source=entry.ref.source(row.id)))
         if len(jobs) > limit:
             raise BadRequest([f"{path} name more than {limit} files: split them over several runs"])
     return jobs

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +22,7 @@ from werkzeug.sansio.multipart import Field as FieldEvent
 from daemon.errors import BadRequest, PayloadTooLarge
 from daemon.jobs import filetypes
 from daemon.storage.blobs import BlobStore, BlobWriter
+from daemon.storage.repos.jobs import stored_file_name
 
 # Plain form fields (type, schemaId, …) are small; a larger one is not a field we take.
 _MAX_FIELD_BYTES = 64 * 1024
@@ -142,15 +142,9 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
     return upload
 
 
-def _clean_name(name: str) -> str:
-    """The multipart file name without control characters: `filename*=UTF-8''a%00b`
-    decodes to a NUL, which PostgreSQL refuses in text (a 500 on upload), and
-    ``%0D%0A`` to a line break that no response header may carry."""
-    return "".join(ch for ch in name if unicodedata.category(ch) != "Cc")[:500] or "upload"
-
-
 async def _finish(sink: _FileSink) -> StoredFile:
     """Commit the blob, then tell its type from its bytes (ZIPs by their members)."""
     await sink.writer.commit()
     mime = filetypes.sniff(bytes(sink.head))
-    return StoredFile(sink.writer.key, _clean_name(sink.name), sink.size, sink.hasher.hexdigest(), mime or "")
+    name = stored_file_name(sink.name) or "upload"  # a multipart file part always has a name
+    return StoredFile(sink.writer.key, name, sink.size, sink.hasher.hexdigest(), mime or "")

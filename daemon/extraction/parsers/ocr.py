@@ -93,7 +93,7 @@ def parse_image(path: Path, options: ParseOptions) -> Document:
         return _parse_image(path, options)
 
 
-def _frames(image: Image.Image, limit: int) -> int:
+def frame_count(image: Image.Image, limit: int) -> int:
     """How many frames (pages) `image` has, or `limit` + 1 where it has more, found by
     stepping through them. Pillow's `n_frames` walks every frame's header in time
     quadratic in their number for a TIFF (a 4 MB file of 40,000 one-pixel frames took
@@ -113,7 +113,7 @@ def _frames(image: Image.Image, limit: int) -> int:
 def _parse_image(path: Path, options: ParseOptions) -> Document:
     try:
         image = Image.open(path)
-        frames = _frames(image, options.max_pages)
+        frames = frame_count(image, options.max_pages)
         check_pages(frames, options)
         pages: list[Page] = []
         rereads: list[list[Page | None]] = []

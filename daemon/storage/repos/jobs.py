@@ -31,6 +31,7 @@ loads records, asks, and writes the answer with its event. Rows leave it as
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +97,20 @@ def _event(conn: Connection, type: str, job: Job, now: dt.datetime, *, with_resu
     )
 
 
+# The longest file name a job keeps (its column's length).
+MAX_FILE_NAME = 500
+
+
+def stored_file_name(name: str | None) -> str | None:
+    """A file's name as a job keeps it, whatever brought it (an upload, an inbox, a bucket's
+    key): without control characters (a NUL, which PostgreSQL refuses in text; a line
+    break, which no response header may carry), at most `MAX_FILE_NAME` characters; None
+    when nothing is left."""
+    if name is None:
+        return None
+    return "".join(ch for ch in name if unicodedata.category(ch) != "Cc")[:MAX_FILE_NAME] or None
+
+
 def create_job(
     conn: Connection, *, user_id: str, schema_id: str, new: NewJob, now: dt.datetime, job_run_id: str | None = None
 ) -> Job:
@@ -109,7 +124,7 @@ def create_job(
             job_run_id=job_run_id,
             type=JOB_TYPE_EXTRACTION,
             status=status,
-            file_name=new.file_name,
+            file_name=stored_file_name(new.file_name),
             file_size=new.file_size,
             mime_type=new.mime_type,
             sha256=new.sha256,
@@ -373,7 +388,7 @@ def fetched_job(
         .where(_held(owner, job_id, JobStatus.PENDING))
         .values(
             status=JobStatus.QUEUED,
-            file_name=file_name[:500],
+            file_name=stored_file_name(file_name),
             file_size=file_size,
             mime_type=mime_type,
             sha256=sha256,
