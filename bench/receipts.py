@@ -9,6 +9,13 @@ Prints, per set, each field's accuracy, the mean and how many results are comple
 SAMPLES/score.py's own comparison), then, with --misses FIELD, every receipt
 whose FIELD is wrong: what the answer is and what the rules read.
 
+With --learning, `bench/learning.py`'s stream is replayed on the kept readings in
+seconds instead of through a daemon in twenty minutes: each receipt of the sets, in
+order, read by the rules, then with the examples its fingerprint matches (ordered and
+cut as the database's lookup does), scored, then learned from its answer as a
+correction would teach; it prints both means, with and without learning, and every
+value learning changed on a first-seen issuer.
+
 Confidence is checked the same way: per set, how many values came with a
 confidence at or above --threshold (default 0.9, the line README
 "Confidence" documents) and how often those are right, beside the same for
@@ -96,11 +103,16 @@ def main() -> None:
     parser.add_argument("--misses", default="", help="a field whose misses to list")
     parser.add_argument("--json", type=Path, help="write {set: {id: result}} here")
     parser.add_argument("--threshold", type=float, default=0.9, help="the confidence line to report on")
+    parser.add_argument("--learning", action="store_true", help="replay bench/learning.py's stream instead")
     args = parser.parse_args()
 
     scorer = load_scorer(args.samples)
     fields: dict[str, str] = scorer.FIELDS["receipts"]
     schema = json.loads((args.samples / "receipts.schema.json").read_text())
+    if args.learning:
+        files = [p for name in args.sets.split(",") for p in sorted((args.samples / name).glob("*.jpg"))]
+        replay_learning(files, readings(files, args.engine, args.cache, args.workers), scorer, schema)
+        return
     everything: dict[str, dict[str, Any]] = {}
     means = []
     for name in args.sets.split(","):
@@ -143,6 +155,47 @@ def main() -> None:
         print(f"spread {max(means) - min(means):.3f}")
     if args.json:
         args.json.write_text(json.dumps(everything, indent=1))
+
+
+def replay_learning(files: list[Path], documents: dict[str, Document], scorer: Any, schema: dict[str, Any]) -> None:
+    """`bench/learning.py`'s stream on kept readings (see the module docstring)."""
+    from learning import correction  # bench/learning.py: the answer as the API gets it
+
+    from daemon.extraction import learning
+    from daemon.storage.repos.learning import LOOKUP_LIMIT
+
+    fields: dict[str, str] = scorer.FIELDS["receipts"]
+    examples: list[tuple[set[str], dict[str, Any]]] = []  # (keys, lessons), oldest first
+    tally = {side: {"seen": [0, 0], "first": [0, 0]} for side in ("with", "without")}
+    seen: set[str] = set()
+    changed: list[str] = []
+    for path in files:
+        document = documents[str(path)]
+        answer = json.loads(path.with_suffix(".json").read_text())
+        result, evidence = extract_rules(document, schema)
+        reading = learning.reading_of(document)
+        keys = set(learning.fingerprint(reading))
+        shared = [(len(keys & taught), number) for number, (taught, _) in enumerate(examples)]
+        closest = sorted(((n, i) for i, (n, _) in enumerate(shared) if n), reverse=True)[:LOOKUP_LIMIT]
+        matches = learning.matches([learning.Match(str(i), examples[i][1], n,
+                                                   sum(k.startswith("r:") for k in keys & examples[i][0]))
+                                    for n, i in closest])
+        learned, _ = learning.apply(reading, schema, matches, result, evidence)
+        which = "seen" if scorer.norm_text(answer["company"]) in seen else "first"
+        for field, kind in fields.items():
+            for side, values in (("with", learned), ("without", result)):
+                tally[side][which][0] += bool(scorer.same(kind, answer[field], values.get(field)))
+                tally[side][which][1] += 1
+            if which == "first" and learned.get(field) != result.get(field):
+                changed.append(f"  {path.parent.name}/{path.stem} {field}: want {answer[field]!r}, "
+                               f"learned {learned.get(field)!r}, rules {result.get(field)!r}")
+        seen.add(scorer.norm_text(answer["company"]))
+        examples.append((keys, learning.learn(reading, correction(scorer, answer), schema)))
+    for side, counts in tally.items():
+        print(f"{side + ' learning':17} issuers seen before {share(counts['seen'])}   "
+              f"first-seen {share(counts['first'])}")
+    if changed:
+        print("values learning changed on first-seen issuers:\n" + "\n".join(changed))
 
 
 if __name__ == "__main__":

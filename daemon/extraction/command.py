@@ -22,7 +22,7 @@ from daemon.config import Config
 from daemon.errors import JobError
 from daemon.extraction.pipeline import extract, warn_if_ocr_missing
 from daemon.jobs import filetypes
-from daemon.schemas.definition import PROVIDER_KEYWORD
+from daemon.schemas.definition import PROVIDER_KEYWORD, check_definition
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -44,15 +44,22 @@ def run(file: str, schema_file: str, provider: str | None, config: Config, out: 
     if not path.is_file():
         print(f"docex: {file}: no such file", file=sys.stderr)
         return EXIT_USAGE
+    if not Path(schema_file).is_file():  # a FIFO or a device would be read until it ends
+        print(f"docex: {schema_file}: no such file", file=sys.stderr)
+        return EXIT_USAGE
     try:
         definition = json.loads(Path(schema_file).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: RecursionError
         print(f"docex: {schema_file}: cannot read the schema ({exc})", file=sys.stderr)
         return EXIT_USAGE
     if isinstance(definition, dict) and "jsonSchema" in definition and "type" not in definition:
         definition = definition["jsonSchema"]  # the shape /api/schema/convert answers with
-    if not isinstance(definition, dict) or definition.get("type") != "object":
-        print(f"docex: {schema_file}: the schema must be a JSON Schema whose root is an object", file=sys.stderr)
+    # The daemon's own check (a root that is no object included): a definition it would refuse
+    # (`"properties": [1]`) made a provider fail with INTERNAL_ERROR, or read nothing, instead
+    # of saying what is wrong.
+    if problems := check_definition(definition, root="schema"):
+        for problem in problems:
+            print(f"docex: {schema_file}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if provider:
         definition = {**definition, PROVIDER_KEYWORD: provider}

@@ -49,6 +49,14 @@ ReadingLine = list[Any]
 # What a job keeps of its document (≈ 25 KB as JSON): a receipt has 30-80 lines, an
 # invoice's first page 40-120; what learning reads (labels, header) is on the first pages.
 MAX_LINES = 400
+# A line's characters kept: a receipt's or an invoice's line has well under this; a text
+# file's line may have millions, and each value on it had a label of every word before it
+# and a template of the whole line (quadratic: 13 s for one of 35 KB).
+MAX_LINE_CHARS = 300
+# The words of a label kept: the last ones before the value ("TOTAL ROUNDED INCL GST").
+_LABEL_WORDS = 6
+# The spots a lesson keeps: the first ones found.
+_MAX_SPOTS = 8
 # The header: the top lines of page 1, where an issuer prints its name, address and numbers.
 HEADER_LINES = 15
 # Header lines that fingerprint an issuer: enough letters to be words, not OCR specks.
@@ -111,7 +119,8 @@ def reading_of(document: Document, max_lines: int = MAX_LINES) -> list[ReadingLi
         for line in page.lines:
             if len(out) >= max_lines:
                 return out
-            out.append([line.text, page.number, *page.relative(line.x0, line.y0, line.x1, line.y1)])
+            out.append([line.text[:MAX_LINE_CHARS], page.number,
+                        *page.relative(line.x0, line.y0, line.x1, line.y1)])
     return out
 
 
@@ -230,19 +239,19 @@ def _as_date(value: Any) -> dt.date | None:
         return found[0].value if found else None
 
 
+_RUN = re.compile(r"([^\W\d_]+)|(\d+)|(\s+)|.", re.DOTALL)
+_RUN_PATTERNS = {1: r"[^\W\d_]+", 2: r"\d+", 3: r"\s+"}
+
+
 def _shape(value: str) -> str:
     """A pattern for a code's shape: runs of letters and of digits, what stands between them.
     No two neighbouring parts can match the same character, so matching is linear."""
+    # Each run is the class whose alternative matched it, not str.isdigit's: "²" is a word
+    # character but not \d, a run of its own, and made \d+ as "1²1²…" made twenty \d+ in a
+    # row, which tried every split of a long run of digits (forever for 40).
     parts = []
-    for run in re.findall(r"[^\W\d_]+|\d+|\s+|.", value):
-        if run.isdigit():
-            parts.append(r"\d+")
-        elif run.isalpha():
-            parts.append(r"[^\W\d_]+")
-        elif run.isspace():
-            parts.append(r"\s+")
-        else:
-            parts.append(re.escape(run))
+    for run in _RUN.finditer(value):
+        parts.append(_RUN_PATTERNS[run.lastindex] if run.lastindex else re.escape(run[0]))
     return "".join(parts)
 
 
@@ -292,12 +301,16 @@ def coverage(value: str, lines: Sequence[str]) -> float:
 def _label_before(reading: Sequence[ReadingLine], index: int, start: int) -> tuple[str, str]:
     """The label of a value at `start` of line `index`: ("right", words before it on its
     line), else ("below", the line above's words)."""
-    before = _words(reading[index][0][:start])
+    before = _last_words(reading[index][0][:start])
     if before:
         return "right", before
     if index > 0 and reading[index - 1][1] == reading[index][1]:
-        return "below", _words(reading[index - 1][0])
+        return "below", _last_words(reading[index - 1][0])
     return "below", ""
+
+
+def _last_words(text: str) -> str:
+    return " ".join(_LETTERS.findall(text.upper())[-_LABEL_WORDS:])
 
 
 def _template(text: str, found: list[tuple[Any, int, int]], at: int) -> str:
@@ -316,6 +329,8 @@ def _template(text: str, found: list[tuple[Any, int, int]], at: int) -> str:
 def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
     """What a confirmed `result` teaches, per JSON pointer of a scalar field it has a value for:
     ``{"value", "constant", "spots": [{"where", "label", "y"}], "shape"?}``."""
+    # A reading kept before lines were clipped (`MAX_LINE_CHARS`) is clipped here.
+    reading = [[line[0][:MAX_LINE_CHARS], *line[1:]] for line in reading]
     top = header(reading)
     lessons: dict[str, Any] = {}
     for pointer, sub in scalar_fields(schema):
@@ -326,19 +341,23 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
         lesson: dict[str, Any] = {"value": value, "constant": False, "spots": []}
         if kind == "text" and isinstance(value, str):
             letters = sum(c.isalpha() for c in value)
-            lesson["constant"] = letters >= _MIN_LETTERS and coverage(value, top) >= MIN_COVERAGE
+            # A value too long to be printed in the header is not aligned with it: the
+            # alignment is quadratic (18 s for a corrected value of 100,000 characters).
+            fits = len(normalised(value)) * MIN_COVERAGE <= len(normalised(" ".join(top)))
+            lesson["constant"] = letters >= _MIN_LETTERS and fits and coverage(value, top) >= MIN_COVERAGE
             if len(value.strip()) <= MAX_CODE_CHARS:
                 lesson["shape"] = _shape(value.strip())
         wanted = _confirmed(kind, value)
         for index, line in enumerate(reading):
+            if len(lesson["spots"]) >= _MAX_SPOTS:
+                break
             found = values_in(kind, line[0], lesson.get("shape"))
             for value_found, start, _ in found:
-                if _same(kind, value_found, wanted):
+                if _same(kind, value_found, wanted) and len(lesson["spots"]) < _MAX_SPOTS:
                     where, label = _label_before(reading, index, start)
                     if label:
                         lesson["spots"].append({"where": where, "label": label, "y": line[3],
                                                 "line": _template(line[0], found, start)})
-        lesson["spots"] = lesson["spots"][:8]
         if lesson["constant"] or lesson["spots"]:
             lessons[pointer] = lesson
     return lessons
@@ -347,7 +366,9 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
 # --- applying ----------------------------------------------------------------------------
 
 
-@functools.cache
+# Bounded: the pairs are every label of every document read in this process's lifetime
+# (an unbounded cache grew by ~20,000 entries a job of a hostile issuer, never freed).
+@functools.lru_cache(maxsize=65_536)
 def _similar(a: str, b: str) -> bool:
     if a == b:
         return True
@@ -490,7 +511,15 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
 
 def _prints_more(generic: str, constant: str) -> bool:
     """Whether the generic rules' `generic` holds all of `constant` and a fifth again."""
+    if len(generic) > _FAR_LONGER * len(constant):
+        # It holds a fifth again whatever it is: whether it holds the constant is read only
+        # where it prints it whole, as aligning a value of 200 KB with it took 2 s (quadratic).
+        return normalised(constant) in normalised(generic)
     return coverage(constant, [generic]) >= MIN_COVERAGE and coverage(generic, [constant]) < SUPERSET_COVERAGE
+
+
+# A generic value this many times as long as a learned constant is not a misreading of it.
+_FAR_LONGER = 10
 
 
 def _spots(placed: Callable[[str, str | None, frozenset[str], frozenset[str]], list[_Placed]], kind: str,

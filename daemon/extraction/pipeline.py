@@ -152,7 +152,7 @@ async def extract(
             "durationMs": _ms_since(started),
             "fields": fields,
         }
-        return _judged(definition, Extraction(result=result, meta=meta, page_count=outcome.page_count,
+        return await _judged(definition, Extraction(result=result, meta=meta, page_count=outcome.page_count,
                                               reading=reading))
 
     document = await in_worker(parse_document, str(path), mime_type, options,
@@ -178,7 +178,7 @@ async def extract(
     }
     if output.usage is not None:
         meta["usage"] = output.usage
-    return _judged(definition, Extraction(result=output.result, meta=meta, page_count=document.page_count,
+    return await _judged(definition, Extraction(result=output.result, meta=meta, page_count=document.page_count,
                                           reading=reading))
 
 
@@ -186,14 +186,17 @@ def _reading(lines: list[list[Any]]) -> dict[str, Any]:
     return {"keys": learning.fingerprint(lines), "lines": lines}
 
 
-def _judged(definition: dict[str, Any], extraction: Extraction) -> Extraction:
+async def _judged(definition: dict[str, Any], extraction: Extraction) -> Extraction:
     """`extraction` with its completeness in resultMeta, if its result may complete a job.
+
+    The result is checked in a thread: a document's line items can be thousands of rows
+    (20,000 took a second to check), which on the event loop would stall every request.
 
     Raises:
         PermanentJobError: RESULT_INVALID for a value of the wrong type or shape, or for
             missing required values when the definition opted into failing.
     """
-    check = check_result(schema_of(definition), extraction.result)
+    check = await trio.to_thread.run_sync(check_result, schema_of(definition), extraction.result)
     if check.problems or (check.missing and incomplete_fails(definition)):
         found = check.problems[:10]
         if check.missing:

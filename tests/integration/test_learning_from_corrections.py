@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 import sqlalchemy as sa
-from jobs_helpers import create_job, create_schema, error_of, register, running_workers, wait_for_status
+from jobs_helpers import completed_job, create_schema, error_of, register
 
 from daemon.config import LearningConfig
 from daemon.services import Services
@@ -32,13 +32,7 @@ def receipt(head: str, number: str, total: str) -> bytes:
     return f"{head}Bon {number}\nKaffee 3.50\nKuchen 4.20\nSumme EUR {total}\nGegeben 50.00\n".encode()
 
 
-async def extracted(client: Any, services: Services, auth: dict[str, str], schema_id: str,
-                    data: bytes) -> dict[str, Any]:
-    job = await create_job(client, auth, schema_id, data, "receipt.txt")
-    async with running_workers(services, workers=1):
-        done = await wait_for_status(client, auth, job["id"], "COMPLETED", "FAILED")
-    assert done["status"] == "COMPLETED", done
-    return done
+extracted = completed_job
 
 
 async def corrected(client: Any, auth: dict[str, str], job: dict[str, Any], **values: Any) -> None:

@@ -79,7 +79,7 @@ def tesseract_version() -> str | None:
 
 
 def parse_image(path: Path, options: ParseOptions) -> Document:
-    """Every frame of a PNG, JPEG, TIFF or WEBP, read by OCR (a `ScannedDocument`).
+    """Every page of a PNG, JPEG, TIFF or WEBP (`page_count`), read by OCR (a `ScannedDocument`).
 
     A frame of more than ``extraction.max_image_pixels`` is refused from its
     header, before it is decoded (DOCUMENT_TOO_LARGE).
@@ -93,12 +93,20 @@ def parse_image(path: Path, options: ParseOptions) -> Document:
         return _parse_image(path, options)
 
 
-def frame_count(image: Image.Image, limit: int) -> int:
-    """How many frames (pages) `image` has, or `limit` + 1 where it has more, found by
-    stepping through them. Pillow's `n_frames` walks every frame's header in time
-    quadratic in their number for a TIFF (a 4 MB file of 40,000 one-pixel frames took
-    8 s before the page limit was checked), and after a seek past the last frame it
-    counts up to the frame asked for, so the count is taken one frame at a time."""
+def page_count(image: Image.Image, limit: int) -> int:
+    """How many pages `image` has, or `limit` + 1 where it has more.
+
+    A TIFF's frames are its pages (a scanner's or a fax's multi-page file). An animated
+    PNG, WEBP or JPEG (MPO) has frames of one picture, not pages: it is read as its
+    first frame, the one a viewer shows first (reading each frame of a 500-frame
+    animation took minutes of OCR for one picture).
+
+    A TIFF's frames are counted by stepping through them: Pillow's `n_frames` walks
+    every frame's header in time quadratic in their number (a 4 MB file of 40,000
+    one-pixel frames took 8 s before the page limit was checked), and after a seek past
+    the last frame it counts up to the frame asked for."""
+    if image.format != "TIFF":
+        return 1
     count = 1
     try:
         while count <= limit:
@@ -113,7 +121,7 @@ def frame_count(image: Image.Image, limit: int) -> int:
 def _parse_image(path: Path, options: ParseOptions) -> Document:
     try:
         image = Image.open(path)
-        frames = frame_count(image, options.max_pages)
+        frames = page_count(image, options.max_pages)
         check_pages(frames, options)
         pages: list[Page] = []
         rereads: list[list[Page | None]] = []
@@ -122,7 +130,7 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
             _check_pixels(image, index + 1, options)
             frame = ImageOps.exif_transpose(image.copy())
             frame.load()
-            first, others = _read_page(frame, index + 1, options)
+            first, others = _read_page(eight_bit(frame), index + 1, options)
             pages.append(first)
             rereads.append(others)
     except PermanentJobError:
@@ -145,6 +153,25 @@ def _check_pixels(image: Image.Image, number: int, options: ParseOptions) -> Non
     if width * height > options.max_image_pixels:
         raise too_large(f"image frame {number} is {width:,}×{height:,} px ({width * height:,} pixels)",
                         "max_image_pixels", options.max_image_pixels)
+
+
+def eight_bit(frame: Image.Image) -> Image.Image:
+    """`frame` with 8-bit pixels, its greys scaled to them.
+
+    Pillow's conversions of 16-bit and 32-bit greys (modes I;16, I, F: a scanner's
+    "16-bit gray" PNG or TIFF) to L or RGB clamp at 255: every grey but the darkest
+    became white, and a scanned page read as blank. A 16-bit frame is scaled from its
+    depth; an integer or float one, whose depth its mode does not say, from its lightest
+    pixel (up to 255 it is already in range).
+    """
+    if frame.mode not in ("I", "F") and not frame.mode.startswith("I;16"):
+        return frame
+    extrema: Any = frame.getextrema()  # (lowest, highest) for a one-band image
+    top = 65535.0 if frame.mode.startswith("I;16") else float(extrema[1])
+    wide = frame.convert("F")
+    if top > 255:
+        wide = wide.point(lambda value: value * (255 / top))
+    return wide.convert("L")
 
 
 def _read_page(image: Image.Image, number: int, options: ParseOptions) -> tuple[Page, list[Page | None]]:

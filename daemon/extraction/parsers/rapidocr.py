@@ -34,6 +34,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import logging
+import math
 import os
 import unicodedata
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,15 @@ if TYPE_CHECKING:
 # RapidOCR's own bound on the detector's input (its default): a larger page is
 # shrunk so that its longer side is this many pixels, rounded to a multiple of 32.
 MAX_SIDE = 2000
+# An image longer than this many times its width is read in bands of at most that
+# length (`rapidocr_lines`), overlapping by BAND_OVERLAP of its width: more than twice
+# the height of a receipt's largest print, so that every line lies whole in one band's
+# half of the overlap. At most MAX_BANDS bands (a till receipt of 2 m at 200 dpi);
+# a longer strip is read padded (`_model_input`). The sample receipts are at most 3.6
+# times as long as wide.
+MAX_ASPECT = 4
+BAND_OVERLAP = 0.5
+MAX_BANDS = 8
 # One inference thread per worker process: workers are already one per CPU.
 # No angle classifier: it turns over each text run it judges upside down, and the
 # documents docex reads are upright (the rules read a page top to bottom); it turned
@@ -113,9 +123,34 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
     that line grouping puts runs side by side only where they do not overlap),
     boxes in `image`'s pixels.
 
+    An image more than `MAX_ASPECT` times as long as it is wide (a till receipt scanned
+    whole) is read in bands across its length: shrunk whole to `MAX_SIDE` its text became
+    illegible, and the detector, which enlarges a page's shorter side to 736 px, then made
+    it huge (576×8,000 px came out empty after 73 s at 1.5 GB; 576×16,000 ran out of
+    memory).
+
     Raises:
         PermanentJobError: OCR_FAILED when the engine is missing or fails.
     """
+    width, height = image.size
+    if height <= MAX_ASPECT * width:
+        return _runs(image)
+    count = min(MAX_BANDS, math.ceil((height - width * BAND_OVERLAP) / (width * (MAX_ASPECT - BAND_OVERLAP))))
+    step = (height - width * BAND_OVERLAP) / count
+    lines: list[list[Word]] = []
+    for index in range(count):
+        top, bottom = round(index * step), min(height, round((index + 1) * step + width * BAND_OVERLAP))
+        # A run in the overlap of two bands is kept by the one whose half of the overlap holds its centre.
+        own_top = 0 if index == 0 else top + width * BAND_OVERLAP / 2
+        own_bottom = height if index == count - 1 else bottom - width * BAND_OVERLAP / 2
+        for (word,) in _runs(image.crop((0, top, width, bottom))):
+            if own_top <= top + (word.y0 + word.y1) / 2 < own_bottom:
+                lines.append([Word(word.text, word.x0, word.y0 + top, word.x1, word.y1 + top, word.conf)])
+    return lines
+
+
+def _runs(image: Image.Image) -> list[list[Word]]:
+    """`rapidocr_lines` of an image read whole."""
     global _engine
     engine = _load()
     pixels, scale_x, scale_y = _model_input(image)
@@ -156,8 +191,10 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
 
 def _model_input(image: Image.Image) -> tuple[numpy.ndarray, float, float]:
     """The BGR pixels RapidOCR would make of `image` (its longer side shrunk to
-    `MAX_SIDE`, rounded to multiples of 32, by OpenCV's bilinear resize), and
-    the scale of `image`'s pixels to them; made without a full-size BGR copy."""
+    `MAX_SIDE`, rounded to multiples of 32, by OpenCV's bilinear resize; then, if
+    it is still more than `MAX_ASPECT` times as long as wide, paper added along its
+    shorter side), and the scale of `image`'s pixels to them; made without a
+    full-size BGR copy."""
     import cv2
     import numpy as np
 
@@ -174,6 +211,15 @@ def _model_input(image: Image.Image) -> tuple[numpy.ndarray, float, float]:
         # Channel by channel, so grey pixels shrunk and then made BGR equal RGB ones shrunk.
         pixels = cv2.resize(pixels, (new_width, new_height))
         scale_x, scale_y = width / new_width, height / new_height
+    height, width = pixels.shape[:2]
+    if max(height, width) > MAX_ASPECT * min(height, width):
+        # Paper added along the shorter side: the detector enlarges that side to 736 px,
+        # and a strip 4 px wide and 60,000 long (a PDF page of 1×14,400 points), shrunk
+        # to 32×2,000, grew to 736×46,000 px: out of memory. Strips longer than the bands
+        # of `rapidocr_lines` hold, and wide ones, are read so.
+        short_side = math.ceil(max(height, width) / MAX_ASPECT)
+        pixels = cv2.copyMakeBorder(pixels, 0, max(0, short_side - height), 0, max(0, short_side - width),
+                                    cv2.BORDER_CONSTANT, value=(255, 255, 255))
     code = cv2.COLOR_GRAY2BGR if pixels.ndim == 2 else cv2.COLOR_RGB2BGR
     return cv2.cvtColor(pixels, code), scale_x, scale_y
 

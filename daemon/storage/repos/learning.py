@@ -86,8 +86,11 @@ def list_examples(conn: Connection, user_id: str, schema_id: str, limit: int, cu
 
 def delete_example(conn: Connection, user_id: str, schema_id: str, example_id: str) -> bool:
     """Forget one example of `user_id` (its keys go with it); False if there is none."""
+    # The keys only of an example of this schema: named under another schema, the example
+    # is not found (404) and must keep the keys that find it.
     conn.execute(learned_keys.delete().where(learned_keys.c.example_id == example_id,
-                                             learned_keys.c.user_id == user_id))
+                                             learned_keys.c.user_id == user_id,
+                                             learned_keys.c.schema_id == schema_id))
     done = conn.execute(learned_examples.delete().where(learned_examples.c.id == example_id,
                                                         learned_examples.c.user_id == user_id,
                                                         learned_examples.c.schema_id == schema_id))

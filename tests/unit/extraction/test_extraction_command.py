@@ -104,3 +104,8 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     bad.write_text("{not json")
     run = docex(str(text), "--schema", str(bad))
     assert run.returncode == 2 and "schema" in run.stderr
+    for root, problem in (([], "schema must be an object"),
+                          ({"type": "array"}, "schema.type must be object (the root of a schema is an object)")):
+        bad.write_text(json.dumps(root))
+        run = docex(str(text), "--schema", str(bad))
+        assert run.returncode == 2 and run.stderr == f"docex: {bad}: {problem}\n", run.stderr

@@ -104,6 +104,23 @@ def test_a_header_that_prints_the_constant_and_more_is_read_as_printed() -> None
     assert result == {"shop": "KAFFEEHAUS MUELLER GMBH"} and fields["/shop"]["learnedFrom"] == "ex1"
 
 
+def test_a_rules_reading_far_longer_than_the_constant_is_compared_whole_not_aligned() -> None:
+    # A text file's line may hold a value of megabytes; aligning it with the constant took
+    # 2 s for 200 KB. Ten times the constant's length or more, it stands only where it
+    # prints the constant whole.
+    lessons = {"/shop": {"value": "KAFFEEHAUS MUELLER GMBH", "constant": True, "spots": []}}
+    schema = {"type": "object", "properties": {"shop": {"type": "string"}}}
+    match = [Match("ex1", lessons, 3, 1)]
+    holding = "Filiale " * 20_000 + "KAFFEEHAUS MUELLER GMBH"
+    result, _ = apply(receipt(MUELLER, "5823-B", "12.30"), schema, match, {"shop": holding}, {})
+    assert result == {"shop": holding}
+    # Holding the name misread (which a reading of its own length would be read as holding):
+    # not the name printed with more, but a reading of something else.
+    noise = "Filiale " * 20_000 + "KAFFEEHAUS MUELLFR GMBH"
+    result, fields = apply(receipt(MUELLER, "5823-B", "12.30"), schema, match, {"shop": noise}, {})
+    assert result == {"shop": "KAFFEEHAUS MUELLER GMBH"} and fields["/shop"]["learnedFrom"] == "ex1"
+
+
 def test_a_constant_printed_with_other_marks_is_read_as_printed() -> None:
     # The person confirmed "MR D.I.Y. SDN BHD" once; this receipt prints "MR. D.I.Y. SDN. BHD.":
     # the same letters and words, so this document's own marks stand. A letter read otherwise

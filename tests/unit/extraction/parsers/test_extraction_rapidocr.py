@@ -178,3 +178,34 @@ def test_a_worker_gives_back_the_memory_of_a_reading(make_doc: Callable[..., Pat
     assert after["VmRSS"] - loaded["VmRSS"] < 150 * 1024**2  # ...and gave it back
     # Under the default extraction.max_memory (address space), with room to spare.
     assert after["VmPeak"] < 0.85 * load_config(environ={}).extraction.max_memory_bytes
+
+
+def test_a_till_receipt_far_longer_than_wide_is_read_in_bands(tmp_path: Path) -> None:
+    # 576×8,000 px at 200 dpi, a line of print every 60 px: shrunk whole to the detector's
+    # 2,000 px it was 144 px wide, and read nothing after 73 s at 1.5 GB.
+    from reportlab.pdfgen import canvas
+
+    pdf = tmp_path / "till.pdf"
+    width, height = 576 * 72 / 200, 8000 * 72 / 200
+    page = canvas.Canvas(str(pdf), pagesize=(width, height))
+    page.setFont("Helvetica", 9)
+    printed = [f"ITEM {n:03d} COFFEE {n}.50" for n in range(130)]
+    for n, text in enumerate(printed):
+        page.drawString(12, height - 30 - n * 21.6, text)  # a line every 60 px
+    page.save()
+    image = Image.open(render_pdf(pdf, tmp_path / "till.png"))
+    assert image.height == 8000 and image.width in (576, 577)
+    runs = [word for line in engine_module.rapidocr_lines(image) for word in line]
+    # Every line once (the bands overlap: a line there is kept by one of them), in place.
+    assert sorted(word.text for word in runs) == sorted(printed)
+    for word in runs:
+        n = printed.index(word.text)
+        assert abs((word.y0 + word.y1) / 2 - (83 + n * 60)) < 15, (word, n)
+
+
+def test_a_strip_too_long_for_the_bands_is_read_padded_within_memory(tmp_path: Path) -> None:
+    # 4×60,000 px, as a PDF page of 1×14,400 points renders: the detector enlarged it to
+    # 736×46,000 px and ran out of memory; read padded, it is a blank strip.
+    assert engine_module.rapidocr_lines(Image.new("L", (4, 60_000), 255)) == []
+    pixels, _, _ = engine_module._model_input(Image.new("L", (4, 60_000), 255))
+    assert max(pixels.shape[:2]) <= engine_module.MAX_ASPECT * min(pixels.shape[:2])
