@@ -219,6 +219,10 @@ class InboxesConfig:
     # A file still being written is not taken: its mtime must be this old (a copy in progress
     # keeps moving it). Writers that rename a finished file into place lose nothing by it.
     settle_ms: int = _setting(500, doc="a local file is taken once unchanged for this long")
+    # An S3 or Drive endpoint that accepts and never answers (or trickles a byte under the read
+    # timeout) would hold its inbox's sweep for ever: the listing is given up after this, recorded
+    # as the inbox's lastError, and tried again at the next interval.
+    list_timeout_s: int = _setting(120, doc="a remote inbox's listing that takes longer is given up")
 
 
 OCR_ENGINES = ("rapidocr", "tesseract")
@@ -559,6 +563,7 @@ def _validate(c: Config) -> list[str]:
     check(0 <= c.review.confidence_threshold <= 1,
           f"review.confidence_threshold: must be 0-1 (got {c.review.confidence_threshold:g})")
     check(c.inboxes.interval_s >= 1, "inboxes.interval: must be at least 1s")
+    check(c.inboxes.list_timeout_s >= 1, "inboxes.list_timeout: must be at least 1s")
     check(not c.inboxes.local_root or os.path.isabs(c.inboxes.local_root),
           f"inboxes.local_root: must be an absolute path (got {c.inboxes.local_root!r})")
     check(c.auth.registration in {"open", "closed"},

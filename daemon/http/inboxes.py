@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from pydantic import Field
+from pydantic import Field, StrictBool
 from quart import Blueprint
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -63,7 +63,7 @@ class CreateInboxBody(ApiModel):
 
 
 class PatchInboxBody(ApiModel):
-    paused: bool = Field(description="a paused inbox takes nothing until resumed")
+    paused: StrictBool = Field(description="a paused inbox takes nothing until resumed")
 
 
 class InboxOut(ApiModel):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
+import logging
 import os
 import stat
 from dataclasses import dataclass
@@ -24,6 +26,8 @@ from daemon.inboxes.models import Candidate, identity
 from daemon.jobs import filetypes
 from daemon.storage.blobs import CHUNK_BYTES, BlobStore
 from daemon.storage.repos.jobs import NewJob
+
+log = logging.getLogger(__name__)
 
 ACCEPTED = "PDF, PNG, JPEG, TIFF, WEBP, DOCX, XLSX, CSV, TXT, HTML"
 
@@ -86,6 +90,14 @@ def scan(folder: Path, *, settle_s: float, now: float) -> Scan:
         for entry in entries:
             if entry.name.startswith("."):
                 continue
+            if not _is_text(entry.name):
+                # Linux names are bytes; one that is not UTF-8 (a Latin-1 scanner, an SMB share)
+                # comes with lone surrogates, which no identity, job name or event can hold: it
+                # stopped every sweep of the folder, its other files included.
+                log.warning("skipping a file whose name is not UTF-8: %s (rename it)",
+                            entry.name.encode("utf-8", "surrogateescape").decode("utf-8", "replace"),
+                            extra={"action": "inbox.name_not_utf8"})
+                continue
             try:
                 info = entry.stat(follow_symlinks=False)
             except FileNotFoundError:
@@ -101,6 +113,14 @@ def scan(folder: Path, *, settle_s: float, now: float) -> Scan:
                 name=entry.name, size=info.st_size, local_path=entry.path)))
     found.sort(key=lambda pair: (pair[0], pair[1].name))
     return Scan([candidate for _, candidate in found], settles_at)
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class Refused(Exception):
@@ -125,8 +145,8 @@ async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> New
         raise Refused(f"File too large: {candidate.name} is {candidate.size} bytes, over the maximum of "
                       f"{max_bytes} bytes (MAX_FILE_SIZE)")
     try:
-        handle = await trio.open_file(path, "rb")
-    except FileNotFoundError as exc:
+        handle = trio.wrap_file(await trio.to_thread.run_sync(_open_regular, path))
+    except OSError as exc:  # gone, or a symlink now (ELOOP), or no longer a regular file
         raise Changed(candidate.name) from exc
     writer = await blobs.open_writer()
     size, hasher, head = 0, hashlib.sha256(), bytearray()
@@ -141,12 +161,12 @@ async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> New
                 hasher.update(chunk)
                 await writer.write(chunk)
             info = await trio.to_thread.run_sync(os.fstat, handle.fileno())
-        if identity("local", candidate.name, info.st_size, info.st_mtime_ns) != candidate.identity or \
-                size != info.st_size:
-            raise Changed(candidate.name)
-        mime = filetypes.sniff(bytes(head))
-        if mime == filetypes.ZIP:
-            mime = await trio.to_thread.run_sync(filetypes.refine_zip, path, bytes(head))
+            if identity("local", candidate.name, info.st_size, info.st_mtime_ns) != candidate.identity or \
+                    size != info.st_size:
+                raise Changed(candidate.name)
+            mime = filetypes.sniff(bytes(head))
+            if mime == filetypes.ZIP:  # from the file copied, not whatever has its name by now
+                mime = await trio.to_thread.run_sync(filetypes.refine_zip, handle.wrapped, bytes(head))
         if mime not in filetypes.SUPPORTED:
             raise Refused(f"Unsupported file type: {candidate.name} (accepted: {ACCEPTED})")
         await writer.commit()
@@ -158,12 +178,41 @@ async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> New
                   blob_key=writer.key)
 
 
+def _open_regular(path: Path) -> io.BufferedReader:
+    """`path` opened for reading if it is still a regular file (blocking). The name was listed
+    as one, but may have been replaced since: a symlink must not be followed (it would hand
+    in any file the daemon can read), nor a FIFO opened (the open would wait for a writer
+    for ever, in a thread no cancellation reaches).
+
+    Raises:
+        OSError: gone, a symlink (ELOOP), or not a regular file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path.name} is no longer a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def move_beside(folder: Path, name: str, subfolder: str, tag: str) -> None:
     """Move `folder/name` into `folder/subfolder/` (blocking). A name already there gets
-    `tag` added; a file already gone (another process moved it, a person took it) is fine."""
+    `tag` added; a file already gone (another process moved it, a person took it) is fine.
+
+    Raises:
+        NotADirectoryError: `subfolder` is a file or a symlink, not the folder docex made (a
+            symlink done -> /elsewhere would carry files out of inboxes.local_root).
+    """
     source = folder / name
     target_dir = folder / subfolder
-    target_dir.mkdir(exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        target_dir.mkdir()
+    if not stat.S_ISDIR(os.lstat(target_dir).st_mode):
+        raise NotADirectoryError(f"cannot move {name} into {subfolder}/: {subfolder} in the inbox's folder "
+                                 "is not a folder (a file or a symlink has its name)")
     target = target_dir / name
     if target.exists():
         stem, dot, suffix = name.rpartition(".")

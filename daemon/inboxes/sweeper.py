@@ -4,8 +4,11 @@ the files it had not taken (issue #17).
     run_inboxes
     ├── notifications   inotify on the local folders (daemon.inboxes.watch): due at once
     └── sweep loop      sleeps until the earliest due inbox, a notification, a job ending,
-                        a change made through the API in this process, or the slow poll
-                        that sees the changes made through other processes
+        │               a sweep ending, a change made through the API in this process, or
+        │               the slow poll that sees the changes made through other processes
+        └── passes      one per inbox at a time, side by side (MAX_CONCURRENT_SWEEPS): an
+                        endpoint that never answers holds its own inbox only, and its
+                        listing is given up after `inboxes.list_timeout`
 
 An inbox is due `inboxes.interval` after its last sweep by any process (`last_swept_at`),
 at once when a notification names its folder, and again when one of its files settles
@@ -23,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -30,7 +34,7 @@ from pathlib import Path
 import trio
 
 from daemon.clock import utcnow
-from daemon.errors import JobError
+from daemon.errors import JobError, TransientJobError
 from daemon.inboxes import local
 from daemon.inboxes.models import (
     FAILED_DIR,
@@ -44,17 +48,18 @@ from daemon.inboxes.models import (
     untaken,
 )
 from daemon.inboxes.watch import FolderWatch, open_watch
-from daemon.integrations.base import FileRef
+from daemon.integrations.base import FileRef, RemoteEntry
 from daemon.integrations.google_drive import DriveSource
 from daemon.integrations.s3 import S3Source
 from daemon.integrations.sources import open_source
+from daemon.jobs.models import ErrorCode
 from daemon.leasing import poll_interval
 from daemon.services import Services
 from daemon.storage.blobs import BlobStoreError
 from daemon.storage.repos import inboxes as repo
 from daemon.storage.repos.integrations import get_integration
 from daemon.storage.repos.jobs import NewJob
-from daemon.wakeup import wait_any
+from daemon.wakeup import Wakeup, wait_any
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,14 @@ MAX_FILES_PER_SWEEP = 1000
 _JOB_ENDS_GATHER_S = 0.5
 # Remote listings stop here (each sweep lists the whole prefix or folder again).
 MAX_LISTED = 10_000
+# Inboxes swept at once by one process. Sweeps run side by side so that one inbox's slow or
+# silent endpoint holds only itself; the bound keeps a flood of due inboxes from taking every
+# thread integrations' SDK calls may hold (16, daemon.integrations.s3) and the database's
+# connections (database.pool_size, 10 by default) from the workers and requests.
+MAX_CONCURRENT_SWEEPS = 8
+# ... and of one user: a user with many inboxes on endpoints that never answer would otherwise
+# take every one of those slots, each up to inboxes.list_timeout, and hold everyone else's.
+MAX_CONCURRENT_SWEEPS_PER_USER = 2
 
 
 async def run_inboxes(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -95,52 +108,101 @@ async def _read_notifications(watch: FolderWatch, notified: set[str], services: 
 
 
 async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: set[str]) -> None:
+    """Start each inbox's pass (`_pass`) when it is due, side by side in a nursery: one inbox's
+    slow endpoint holds its own sweep, not everyone else's. An inbox whose pass is still in
+    progress is not started again; its end wakes this loop to plan that inbox anew."""
     # Inbox id → the time.time() one of its files settles: sweep it again then.
     settling: dict[str, float] = {}
+    # Inbox id → the time.monotonic() its last sweep here ended: a list read before that has
+    # the inbox's last_swept_at from before it, which must not make it due again at once.
+    ended: dict[str, float] = {}
+    in_progress: set[str] = set()
+    # Inboxes the loop skipped while their pass was in progress: that pass's end wakes it.
+    skipped: set[str] = set()
+    pass_ended = Wakeup()
+    limiter = trio.CapacityLimiter(MAX_CONCURRENT_SWEEPS)
+    per_user: dict[str, trio.CapacityLimiter] = {}
     # Files that landed while no process watched sent no notification: at start, every
     # local folder is swept at once (a listing of a local folder is cheap; a remote one waits
     # for its interval).
     notified |= {inbox.id for inbox in await services.db.read(repo.active_inboxes) if inbox.kind == InboxKind.LOCAL}
-    while not services.stopping.is_set():
-        config = services.config.inboxes
-        interval = float(config.interval_s)
-        inboxes = await services.db.read(repo.active_inboxes)
-        if watch is not None:
-            # A folder watched only now may have had files before: no notification came for them.
-            notified |= await _update_watches(watch, inboxes, config.local_root)
-        now = utcnow()
-        # Inboxes made, resumed or deleted through another process are seen when the list is
-        # read again: within the slow poll of the other loops (2 s on PostgreSQL).
-        wake_at = now + dt.timedelta(seconds=min(interval, poll_interval(services.db.url.get_backend_name())))
-        notified_now = set(notified)
-        notified.clear()
-        moving = False
-        for inbox in inboxes:
-            due = next_sweep_at(inbox.last_swept_at, interval, now)
-            settles = settling.get(inbox.id)
-            sweep = inbox.id in notified_now or due <= now or (settles is not None and settles <= time.time())
-            try:
-                if inbox.kind == InboxKind.LOCAL and inbox.after == After.MOVE:
-                    moving = True
-                    await _settle_quietly(services, inbox)
-                if sweep:
-                    settling.pop(inbox.id, None)
-                    again = await _sweep(services, inbox)
-                    if again is not None:
-                        settling[inbox.id] = again
-            except Exception:  # the database failed: log it, keep the other inboxes going
-                log.exception("inbox sweep failed", extra={"action": "inbox.sweep_error", "inbox_id": inbox.id})
+
+    async def one_pass(inbox: Inbox, sweep: bool) -> None:
+        users = per_user.setdefault(inbox.user_id, trio.CapacityLimiter(MAX_CONCURRENT_SWEEPS_PER_USER))
+        try:
+            # The user's slot first: a user's passes waiting their turn hold none of everyone's.
+            async with users, limiter:
+                await _pass(services, inbox, sweep, settling)
+        finally:
+            if not users.statistics().borrowed_tokens and not users.statistics().tasks_waiting:
+                per_user.pop(inbox.user_id, None)
+            in_progress.discard(inbox.id)
             if sweep:
-                due = utcnow() + dt.timedelta(seconds=interval)
-            wake_at = min(wake_at, due)
-            if inbox.id in settling:
-                wake_at = min(wake_at, dt.datetime.fromtimestamp(settling[inbox.id], dt.UTC))
-        delay = max(0.0, (wake_at - utcnow()).total_seconds())
-        waits: list[Callable[[], Awaitable[object]]] = [
-            functools.partial(services.inboxes_changed.sleep, delay), services.stopping.wait]
-        if moving:  # a job ending may let a file move aside
-            waits.append(functools.partial(_job_ended, services, delay))
-        await wait_any(*waits)
+                ended[inbox.id] = time.monotonic()
+            # Only a sweep's end (or one the loop waits for) wakes the loop: a pass that only
+            # moved files aside, ended, must not start the next at once, and so on for ever.
+            if sweep or inbox.id in skipped:
+                skipped.discard(inbox.id)
+                pass_ended.set()
+
+    # On drain, the passes in progress finish (a remote listing within inboxes.list_timeout)
+    # or are cancelled by the drain's deadline.
+    async with trio.open_nursery() as nursery:
+        while not services.stopping.is_set():
+            config = services.config.inboxes
+            interval = float(config.interval_s)
+            listed_at = time.monotonic()
+            inboxes = await services.db.read(repo.active_inboxes)
+            if watch is not None:
+                # A folder watched only now may have had files before: no notification came for them.
+                notified |= await _update_watches(watch, inboxes, config.local_root)
+            now = utcnow()
+            # Inboxes made, resumed or deleted through another process are seen when the list is
+            # read again: within the slow poll of the other loops (2 s on PostgreSQL).
+            wake_at = now + dt.timedelta(seconds=min(interval, poll_interval(services.db.url.get_backend_name())))
+            moving = False
+            for inbox in inboxes:
+                moves = inbox.kind == InboxKind.LOCAL and inbox.after == After.MOVE
+                moving = moving or moves
+                if inbox.id in in_progress:
+                    skipped.add(inbox.id)  # a notification stays in `notified` for when its pass ends
+                    continue
+                if ended.get(inbox.id, -math.inf) >= listed_at:
+                    continue  # swept since the list was read: its end has woken the loop to read it again
+                due = next_sweep_at(inbox.last_swept_at, interval, now)
+                settles = settling.get(inbox.id)
+                sweep = inbox.id in notified or due <= now or (settles is not None and settles <= time.time())
+                if sweep or moves:
+                    notified.discard(inbox.id)
+                    in_progress.add(inbox.id)
+                    nursery.start_soon(one_pass, inbox, sweep)
+                    if sweep:
+                        continue  # its end wakes the loop
+                wake_at = min(wake_at, due)
+                if settles is not None:
+                    wake_at = min(wake_at, dt.datetime.fromtimestamp(settles, dt.UTC))
+            delay = max(0.0, (wake_at - utcnow()).total_seconds())
+            waits: list[Callable[[], Awaitable[object]]] = [
+                functools.partial(services.inboxes_changed.sleep, delay), services.stopping.wait,
+                functools.partial(pass_ended.sleep, delay)]
+            if moving:  # a job ending may let a file move aside
+                waits.append(functools.partial(_job_ended, services, delay))
+            await wait_any(*waits)
+
+
+async def _pass(services: Services, inbox: Inbox, sweep: bool, settling: dict[str, float]) -> None:
+    """One inbox's turn: move aside the files whose job ended (local `move`), then sweep it
+    if due. Failures are the inbox's alone: logged, never raised to the loop."""
+    try:
+        if inbox.kind == InboxKind.LOCAL and inbox.after == After.MOVE:
+            await _settle_quietly(services, inbox)
+        if sweep:
+            settling.pop(inbox.id, None)
+            again = await _sweep(services, inbox)
+            if again is not None:
+                settling[inbox.id] = again
+    except Exception:  # the database failed: log it, keep the other inboxes going
+        log.exception("inbox sweep failed", extra={"action": "inbox.sweep_error", "inbox_id": inbox.id})
 
 
 async def _job_ended(services: Services, delay: float) -> None:
@@ -245,7 +307,15 @@ async def _settle(services: Services, inbox: Inbox, folder: Path | None = None) 
         folder = await trio.to_thread.run_sync(local.resolve_folder, services.config.inboxes.local_root, inbox.path)
     for item in await services.db.read(repo.unsettled_items, inbox.id):
         subfolder = settled_folder(item.job_status) or FAILED_DIR
-        await trio.to_thread.run_sync(local.move_beside, folder, item.name, subfolder, item.identity[:8])
+        try:
+            await trio.to_thread.run_sync(local.move_beside, folder, item.name, subfolder, item.identity[:8])
+        except OSError as exc:
+            # A file that cannot move (done/ is a file or a symlink, permissions) stays where it is
+            # and is tried again at the next pass; it must not stop the others, nor the sweep that
+            # lists the folder after this (a file called "done" stopped the inbox for good).
+            log.warning("cannot move a file aside: %s", exc, extra={"action": "inbox.settle_failed",
+                                                                    "inbox_id": inbox.id})
+            continue
         await services.db.run(repo.settle_item, inbox.id, item.identity, utcnow())
 
 
@@ -266,13 +336,23 @@ async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Fou
     row = await services.db.read(get_integration, inbox.user_id, inbox.integration_id or "")
     if row is None:
         raise local.PathRefused(f"Integration {inbox.integration_id} no longer exists")
-    async with open_source(services, row) as remote:
-        if isinstance(remote, S3Source):
-            entries = await remote.list_prefix(inbox.path, limit=MAX_LISTED)
-        elif isinstance(remote, DriveSource):
-            entries = await remote.list_in(inbox.path, f"folder {inbox.path}", limit=MAX_LISTED)
-        else:  # pragma: no cover - every provider is one of the two
-            raise TypeError(type(remote).__name__)
+    timeout_s = services.config.inboxes.list_timeout_s
+    # An endpoint that accepts and never answers, or trickles a byte under the SDK's read timeout,
+    # would hold this sweep for ever (and keep the inbox from being swept again): given up here,
+    # it is the inbox's lastError, tried again at the next interval. Only the listing is bounded:
+    # what it found is recorded whole or not at all.
+    entries: list[RemoteEntry] = []
+    with trio.move_on_after(timeout_s) as listing:
+        async with open_source(services, row) as remote:
+            if isinstance(remote, S3Source):
+                entries = await remote.list_prefix(inbox.path, limit=MAX_LISTED)
+            elif isinstance(remote, DriveSource):
+                entries = await remote.list_in(inbox.path, f"folder {inbox.path}", limit=MAX_LISTED)
+            else:  # pragma: no cover - every provider is one of the two
+                raise TypeError(type(remote).__name__)
+    if listing.cancelled_caught:
+        raise TransientJobError(ErrorCode.INTERNAL_ERROR, f"The listing did not finish within {timeout_s} s "
+                                f"(inboxes.list_timeout): the endpoint answers too slowly or not at all")
     candidates = [
         Candidate(identity=identity(inbox.kind, _ref_key(entry.ref), entry.version or ""), name=entry.name,
                   size=entry.size, source=entry.ref.source(row.id))

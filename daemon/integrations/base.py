@@ -135,6 +135,36 @@ class RemoteSource(Protocol):
         ...
 
 
+# A listing reads at most this many pages. A store hands over up to 1000 entries a page, so
+# this is far past any listing's `limit` (10,000 for an inbox); a store that keeps answering
+# "there is more" (the same continuation token again, or a new one with each empty page)
+# would otherwise hold the request or the inbox sweep forever.
+MAX_LIST_PAGES = 1000
+
+
+class PageTokens:
+    """The continuation tokens of one listing, to stop a listing that does not end."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._seen: set[str] = set()
+
+    def next(self, token: str) -> str:
+        """`token`, the next page's, if following it is still a listing that ends.
+
+        Raises:
+            TransientJobError: the token came before (a loop) or the pages exceed MAX_LIST_PAGES.
+        """
+        if token in self._seen or len(self._seen) + 1 >= MAX_LIST_PAGES:
+            raise TransientJobError(
+                ErrorCode.INTERNAL_ERROR,
+                f"The listing of {self.what} does not end: "
+                + ("the store repeated a page token" if token in self._seen
+                   else f"more than {MAX_LIST_PAGES} pages"))
+        self._seen.add(token)
+        return token
+
+
 def unreachable(what: str, exc: BaseException) -> TransientJobError:
     """A network failure talking to a store: retried with backoff. (There is no SPEC code
     for an unreachable store; a job that runs out of attempts fails as INTERNAL_ERROR.)"""

@@ -22,6 +22,8 @@ import builtins
 import json
 import logging
 import posixpath
+import re
+import urllib.parse
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
@@ -32,7 +34,7 @@ import trio
 from daemon.clock import utcnow
 from daemon.config import GoogleConfig
 from daemon.errors import JobError, PermanentJobError, TransientJobError
-from daemon.integrations.base import FileRef, RemoteEntry, RemoteFile, unreachable
+from daemon.integrations.base import FileRef, PageTokens, RemoteEntry, RemoteFile, unreachable
 from daemon.integrations.oauth import Tokens, missing_scopes, needs_refresh, token_error, tokens_from_response
 from daemon.jobs import filetypes
 from daemon.jobs.models import ErrorCode
@@ -51,6 +53,12 @@ EXPORTS = {
     "application/vnd.google-apps.drawing": (filetypes.PDF, ".pdf"),
 }
 CHUNK_BYTES = 256 * 1024
+# The largest JSON answer read: a page of 1000 files with `_FILE_FIELDS` is about 200 KB. An
+# answer read whole without a bound (38 MB in the test) held the memory and, parsed and walked
+# on the event loop, stalled it for 11 s.
+MAX_JSON_BYTES = 8 * 1024 * 1024
+# Smaller answers parse in well under a millisecond per 10 KB: not worth a thread.
+_PARSE_ON_LOOP_BYTES = 256 * 1024
 _FILE_FIELDS = "id,name,mimeType,size,trashed,version"
 _RATE_LIMITED = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED", "quotaExceeded",
                            "dailyLimitExceeded", "backendError", "sharingRateLimitExceeded"})
@@ -64,12 +72,34 @@ def _retry_after(response: httpx.Response) -> float | None:
     return float(value) if value.isdigit() else None
 
 
+# JSON may spell half of a surrogate pair alone ("\\ud800"); json.loads makes it a lone
+# surrogate, which is not text: no database driver, log or JSON answer can encode it.
+_SURROGATE_ESCAPE = re.compile(rb"\\[uU][dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _json_body(raw: bytes) -> dict[str, Any]:
+    """A Drive answer's JSON object ({} if it is none), its strings valid text: a lone
+    surrogate in a file's name stored as a job's fileName or in an errorMessage crashed the
+    worker that fetched it (UnicodeEncodeError) and left the job for dead."""
     try:
         value = json.loads(raw)
     except ValueError:
         return {}
+    if _SURROGATE_ESCAPE.search(raw):
+        value = _text_only(value)
     return value if isinstance(value, dict) else {}
+
+
+def _text_only(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings (keys too) made U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_text_only(item) for item in value]
+    if isinstance(value, dict):
+        return {_text_only(k): _text_only(v) for k, v in value.items()}
+    return value
 
 
 def error_reasons(body: Mapping[str, Any]) -> set[str]:
@@ -220,14 +250,14 @@ class DriveSource:
             raise PermanentJobError(ErrorCode.UNSUPPORTED_FILE, f"Google Drive {what} ({name}) is a folder")
         if mime in EXPORTS:
             export_type, suffix = EXPORTS[mime]
-            path, params = f"/files/{meta['id']}/export", {"mimeType": export_type}
+            path, params = f"{_file_path(meta['id'])}/export", {"mimeType": export_type}
             name, size = (name if name.lower().endswith(suffix) else name + suffix), None
         elif mime.startswith("application/vnd.google-apps."):
             raise PermanentJobError(ErrorCode.UNSUPPORTED_FILE,
                                     f"Google Drive {what} ({name}) is a {mime.rsplit('.', 1)[-1]}, which has no file")
         else:
-            path, params = f"/files/{meta['id']}", {"alt": "media", "supportsAllDrives": "true"}
-            size = int(meta["size"]) if str(meta.get("size", "")).isdigit() else None
+            path, params = _file_path(meta["id"]), {"alt": "media", "supportsAllDrives": "true"}
+            size = _size(meta)
 
         async def chunks() -> AsyncGenerator[bytes, None]:
             # The download starts at the first chunk asked for: a file the caller refuses by its
@@ -256,22 +286,25 @@ class DriveSource:
         query = f"'{_quote(parent)}' in parents and trashed = false and mimeType != '{FOLDER}'"
         found: list[RemoteEntry] = []
         token: str | None = None
+        tokens = PageTokens(f"Google Drive {what}")
         while len(found) <= limit:
             params = {"q": query, "fields": f"nextPageToken,files({_FILE_FIELDS})", "pageSize": "1000",
                       "supportsAllDrives": "true", "includeItemsFromAllDrives": "true"}
             if token:
                 params["pageToken"] = token
             page = await self._json("/files", params, what)
-            for item in page.get("files", []):
+            for item in _files(page, what):
                 mime = str(item.get("mimeType", ""))
                 if mime.startswith("application/vnd.google-apps.") and mime not in EXPORTS:
                     continue
-                size = int(item["size"]) if str(item.get("size", "")).isdigit() else None
-                found.append(RemoteEntry(FileRef(file_id=str(item["id"])), str(item.get("name", "")), size,
-                                         version=str(item["version"]) if item.get("version") else None))
+                found.append(RemoteEntry(FileRef(file_id=str(item["id"])), str(item.get("name", "")),
+                                         _size(item), version=str(item["version"]) if item.get("version") else None))
+                if len(found) > limit:
+                    break  # enough to tell there are more than `limit`; the rest need not be read
             token = page.get("nextPageToken")
             if not token:
                 break
+            token = tokens.next(str(token))
         return found[: limit + 1]
 
     # --- helpers ------------------------------------------------------------------------
@@ -286,7 +319,7 @@ class DriveSource:
     async def _locate(self, ref: FileRef) -> dict[str, Any]:
         """The metadata of the file `ref` names: by id, or by name in a folder path."""
         if ref.file_id is not None:
-            meta = await self._json(f"/files/{ref.file_id}", {"fields": _FILE_FIELDS, "supportsAllDrives": "true"},
+            meta = await self._json(_file_path(ref.file_id), {"fields": _FILE_FIELDS, "supportsAllDrives": "true"},
                                     f"file {ref.file_id}")
             if meta.get("trashed"):
                 raise PermanentJobError(ErrorCode.REMOTE_FILE_NOT_FOUND, f"Google Drive file {ref.file_id} is in "
@@ -320,16 +353,24 @@ class DriveSource:
             query += f" and mimeType = '{FOLDER}'"
         page = await self._json("/files", {"q": query, "fields": f"files({_FILE_FIELDS})", "pageSize": "10",
                                            "supportsAllDrives": "true", "includeItemsFromAllDrives": "true"}, what)
-        files = page.get("files") or []
-        return files[0] if files and isinstance(files[0], dict) else None
+        files = _files(page, what)
+        return files[0] if files else None
 
     async def _json(self, path: str, params: dict[str, str], what: str) -> dict[str, Any]:
+        """A JSON answer, read up to MAX_JSON_BYTES and parsed off the event loop when large."""
+        raw = bytearray()
         async with self._response(path, params, what) as response:
             try:
-                raw = await response.aread()
+                async for chunk in response.aiter_bytes(CHUNK_BYTES):
+                    raw += chunk
+                    if len(raw) > MAX_JSON_BYTES:
+                        raise TransientJobError(ErrorCode.INTERNAL_ERROR, f"Google Drive's answer for {what} is "
+                                                f"over {MAX_JSON_BYTES} bytes")
             except httpx.HTTPError as exc:
                 raise unreachable(f"Google Drive for {what}", exc) from exc
-        return _json_body(raw)
+        if len(raw) <= _PARSE_ON_LOOP_BYTES:
+            return _json_body(bytes(raw))
+        return await trio.to_thread.run_sync(_json_body, bytes(raw))
 
     @asynccontextmanager
     async def _response(self, path: str, params: dict[str, str], what: str) -> AsyncIterator[httpx.Response]:
@@ -360,6 +401,33 @@ class DriveSource:
             finally:
                 with trio.CancelScope(shield=True):
                     await response.aclose()
+
+
+def _files(page: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    """The files of a `files.list` answer, each with its id as a string.
+
+    Raises:
+        TransientJobError: `files` is not a list (an answer of another shape crashed the
+            batch run's listing with a 500, or every sweep of the inbox).
+    """
+    files = page.get("files", [])
+    if not isinstance(files, list):
+        raise TransientJobError(ErrorCode.INTERNAL_ERROR, f"Google Drive answered no file list for {what}")
+    return [item for item in files if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]]
+
+
+def _file_path(file_id: object) -> str:
+    """The API path of a file by its id, the id one path segment whatever it holds: a
+    source's `fileId` of "../about" or "x?alt=media" reached other paths of the API."""
+    return f"/files/{urllib.parse.quote(str(file_id), safe='')}"
+
+
+def _size(item: dict[str, Any]) -> int | None:
+    """A file's `size` (Drive sends an int64 as a decimal string), None if it is not one:
+    str.isdigit() alone also passes "²" and 5000 digits, which int() refuses (a 500)."""
+    value = item.get("size")
+    text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else None
 
 
 def _quote(value: str) -> str:

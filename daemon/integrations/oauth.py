@@ -20,6 +20,7 @@ import datetime as dt
 import hashlib
 import hmac
 import json
+import math
 import secrets
 import urllib.parse
 from collections.abc import Mapping
@@ -33,6 +34,8 @@ STATE_TTL_S = 15 * 60
 # Refresh an access token this long before it expires, so one never expires mid-request.
 REFRESH_MARGIN_S = 60
 _STATE_CONTEXT = b"docex-oauth-state."
+# The longest an access token is believed to live, whatever the token endpoint says.
+MAX_TOKEN_LIFETIME_S = 24 * 3600.0
 
 
 class InvalidState(DocexError):
@@ -170,7 +173,10 @@ def tokens_from_response(body: Mapping[str, Any], now: dt.datetime, previous: To
         raise PermanentJobError(ErrorCode.INTEGRATION_AUTH_EXPIRED, "The token endpoint returned no access token")
     expires_in = body.get("expires_in")
     lifetime = float(expires_in) if isinstance(expires_in, int | float) and not isinstance(expires_in, bool) \
-        else 3600.0
+        and math.isfinite(expires_in) else 3600.0
+    # Google says 3599; any other number (10**20 overflowed the expiry's datetime: the callback
+    # answered a 500) is held to what a datetime and a sane refresh schedule take.
+    lifetime = min(max(lifetime, 0.0), MAX_TOKEN_LIFETIME_S)
     refresh = body.get("refresh_token")
     scope = body.get("scope")
     return Tokens(

@@ -25,9 +25,12 @@ configuration and is not guarded.
 from __future__ import annotations
 
 import builtins
+import contextlib
+import contextvars
 import functools
 import posixpath
 import socket
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from daemon.errors import JobError, PermanentJobError, TransientJobError
-from daemon.integrations.base import FileRef, RemoteEntry, RemoteFile
+from daemon.integrations.base import FileRef, PageTokens, RemoteEntry, RemoteFile
 from daemon.jobs.models import ErrorCode
 from daemon.storage.s3 import S3Settings, make_client, s3_error
 from daemon.webhooks import ssrf
@@ -48,22 +51,80 @@ T = TypeVar("T")
 
 CHUNK_BYTES = 256 * 1024
 PRIVATE_NETWORKS_SETTING = "integrations.allow_private_networks"
+# The threads integrations' SDK calls may hold at once. Each waits on an endpoint a user chose,
+# up to its read timeout (60 s) per attempt; in trio's default pool (40 threads, shared with
+# the blob store and the parsers) 60 calls to an endpoint that accepts and never answers made
+# another user's upload wait 41 s (with 6 s timeouts). Calls beyond these wait their turn here.
+_ENDPOINT_THREADS = trio.CapacityLimiter(16)
+# Building a client is CPU work under the GIL (boto3 loads S3's service model, 0.1-0.3 s):
+# many at once starved the event loop of the GIL (an upload took 18 s, 2.4 s with two at a
+# time). Under the GIL they never ran in parallel anyway: one at a time costs no throughput.
+_CLIENT_BUILDS = trio.CapacityLimiter(1)
+
+
+
+
+class _Connections:
+    """The sockets one `S3Source` opened, shut down when it closes: a thread still waiting on
+    one (a call abandoned; an endpoint that never answers, or trickles a byte under the read
+    timeout) gets an error then and ends, giving back its endpoint thread. Closing the client
+    alone closes only its idle connections, and botocore would retry on a new one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # added to from the SDK's threads
+        self._open: set[socket.socket] = set()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def add(self, sock: socket.socket) -> bool:
+        """Keep `sock`; False (and `sock` closed) once the source closed."""
+        with self._lock:
+            if not self._closed:
+                self._open.add(sock)
+                return True
+        sock.close()
+        return False
+
+    def shut_down(self) -> None:
+        with self._lock:
+            self._closed = True
+            opened, self._open = self._open, set()
+        for sock in opened:
+            with contextlib.suppress(OSError):  # closed already
+                sock.shutdown(socket.SHUT_RDWR)
+
+
+# The connections of the `S3Source` whose `_call` runs in this thread (each thread runs in its
+# own copy of the context: set there, seen only there).
+_CONNECTIONS: contextvars.ContextVar[_Connections] = contextvars.ContextVar("s3_connections")
 
 
 def guarded_client(settings: S3Settings) -> S3Client:
     """An S3 client (blocking to build: call it in a thread) whose every connection passes
     the SSRF guard, with no proxy (see the module docstring)."""
-    client = make_client(settings, no_proxies=True)
+    return _with_pools(make_client(settings, no_proxies=True), vetted=True)
+
+
+def tracked_client(settings: S3Settings) -> S3Client:
+    """An S3 client without the guard (``integrations.allow_private_networks``)."""
+    return _with_pools(make_client(settings), vetted=False)
+
+
+def _with_pools(client: S3Client, *, vetted: bool) -> S3Client:
     # botocore has no public seam for its connection classes: its HTTP session's pool
     # manager picks the pool class by scheme, and the pool its connection class.
     internals: Any = client
-    internals._endpoint.http_session._manager.pool_classes_by_scheme = _vetted_pools()
+    internals._endpoint.http_session._manager.pool_classes_by_scheme = _pools(vetted)
     return client
 
 
 @functools.cache
-def _vetted_pools() -> dict[str, type]:
-    """botocore's connection pools with connections that pass the SSRF guard."""
+def _pools(vetted: bool) -> dict[str, type]:
+    """botocore's connection pools whose connections are made known to their `S3Source`
+    (`_OPEN_SOCKETS`) and, if `vetted`, pass the SSRF guard."""
     from botocore.awsrequest import (
         AWSHTTPConnection,
         AWSHTTPConnectionPool,
@@ -73,7 +134,7 @@ def _vetted_pools() -> dict[str, type]:
     from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
     from urllib3.util.connection import create_connection
 
-    class Vetted:
+    class Tracked:
         host: str
         port: int
         timeout: float | None
@@ -81,6 +142,15 @@ def _vetted_pools() -> dict[str, type]:
         socket_options: Any
 
         def _new_conn(self) -> socket.socket:
+            connections = _CONNECTIONS.get(None)
+            closed = connections is not None and connections.closed  # botocore retrying after shut_down
+            sock = None if closed else self._vetted_conn() if vetted else super()._new_conn()  # type: ignore[misc]
+            if sock is None or (connections is not None and not connections.add(sock)):
+                connection: Any = self
+                raise NewConnectionError(connection, "The S3 source is closed")
+            return sock
+
+        def _vetted_conn(self) -> socket.socket:
             # urllib3 resolves and connects here; everything after (TLS included) uses the name.
             ip = ssrf.resolve_blocking(self.host, self.port, allow_private=False, setting=PRIVATE_NETWORKS_SETTING)
             try:
@@ -92,10 +162,10 @@ def _vetted_pools() -> dict[str, type]:
                 connection: Any = self
                 raise NewConnectionError(connection, f"Failed to establish a new connection: {exc}") from exc
 
-    class HTTPConnection(Vetted, AWSHTTPConnection):  # type: ignore[misc]
+    class HTTPConnection(Tracked, AWSHTTPConnection):  # type: ignore[misc]
         pass
 
-    class HTTPSConnection(Vetted, AWSHTTPSConnection):  # type: ignore[misc]
+    class HTTPSConnection(Tracked, AWSHTTPSConnection):  # type: ignore[misc]
         pass
 
     class HTTPPool(AWSHTTPConnectionPool):
@@ -145,16 +215,31 @@ class S3Source:
     def __init__(self, settings: S3Settings, client: S3Client) -> None:
         self.settings = settings
         self._client = client
+        self._connections = _Connections()
 
-    async def _call(self, fn: Callable[[], T], *, key: str | None = None) -> T:
-        """Run one blocking SDK call in a thread, its exceptions translated (`_endpoint_error`)."""
+    async def _call(self, fn: Callable[[], T], *, key: str | None = None, abandon_on_cancel: bool = False) -> T:
+        """Run one blocking SDK call in a thread, its exceptions translated (`_endpoint_error`).
+
+        `abandon_on_cancel`: a cancelled call returns at once, its thread left to end on its
+        own (promptly once the source closes: `_Connections`); for calls whose result, once
+        cancelled, nothing else uses (a listing's page, not a body read by chunks)."""
+        def tracked() -> T:
+            _CONNECTIONS.set(self._connections)
+            return fn()
+
         try:
-            return await trio.to_thread.run_sync(fn)
+            return await trio.to_thread.run_sync(tracked, limiter=_ENDPOINT_THREADS,
+                                                 abandon_on_cancel=abandon_on_cancel)
         except Exception as exc:
             raise _endpoint_error(exc, self.settings, key) from exc
 
+    def shut_down(self) -> None:
+        """Shut down the source's connections; it opens no more (see `_Connections`)."""
+        self._connections.shut_down()
+
     async def _list_page(self, **kwargs: Any) -> ListObjectsV2OutputTypeDef:
-        page = await self._call(functools.partial(self._client.list_objects_v2, Bucket=self.settings.bucket, **kwargs))
+        page = await self._call(functools.partial(self._client.list_objects_v2, Bucket=self.settings.bucket, **kwargs),
+                                abandon_on_cancel=True)
         # botocore reads any well-formed XML (an HTML page too) as an empty listing; S3's names the bucket.
         if page.get("Name") != self.settings.bucket:
             raise _no_s3_answer()
@@ -188,7 +273,7 @@ class S3Source:
         finally:
             with trio.CancelScope(shield=True):
                 await stream.aclose()
-                await trio.to_thread.run_sync(body.close)
+                await trio.to_thread.run_sync(body.close, limiter=_ENDPOINT_THREADS)
 
     async def list(self, folder: str, *, limit: int) -> list[RemoteEntry]:
         """Every object under ``prefix/folder`` (recursively), keys relative to the integration's
@@ -204,6 +289,7 @@ class S3Source:
         base = self.settings.folder_prefix("")
         found: builtins.list[RemoteEntry] = []
         token: str | None = None
+        tokens = PageTokens(f"s3://{self.settings.bucket}/{prefix}")
         while len(found) <= limit:
             kwargs: dict[str, Any] = {"Prefix": prefix, "MaxKeys": 1000}
             if token:
@@ -219,6 +305,7 @@ class S3Source:
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or not token:
                 break
+            token = tokens.next(token)
         return found[: limit + 1]
 
 
@@ -226,10 +313,20 @@ class S3Source:
 async def open_s3_source(settings: S3Settings, *, allow_private_networks: bool) -> AsyncIterator[S3Source]:
     """An `S3Source` with its own client, closed when the block exits; its connections pass
     the SSRF guard unless `allow_private_networks`."""
-    client = await trio.to_thread.run_sync(
-        guarded_client if not allow_private_networks else make_client, settings)
     try:
-        yield S3Source(settings, client)
+        client = await trio.to_thread.run_sync(
+            guarded_client if not allow_private_networks else tracked_client, settings, limiter=_CLIENT_BUILDS)
+    except ValueError as exc:  # botocore's "Invalid endpoint": one stored before creation checked it
+        raise PermanentJobError(
+            ErrorCode.INTEGRATION_ACCESS_DENIED,
+            "The integration's endpointUrl is not a URL botocore can use: create the integration again "
+            "with an http(s) URL") from exc
+    source = S3Source(settings, client)
+    try:
+        yield source
     finally:
+        source.shut_down()
         with trio.CancelScope(shield=True):
+            # Not among _ENDPOINT_THREADS: closing waits on no endpoint, and those threads may all
+            # be taken by calls to endpoints that do not answer (shielded, this would wait for them).
             await trio.to_thread.run_sync(client.close)

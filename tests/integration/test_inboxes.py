@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from jobs_helpers import (
     create_schema,
     events_of,
     register,
+    running,
     running_workers,
     wait_for_run,
 )
@@ -56,16 +57,9 @@ def config(config: Config, root: Path) -> Config:
     return private_networks(dataclasses.replace(config, inboxes=inboxes))
 
 
-@asynccontextmanager
-async def sweeping(services: Services) -> AsyncIterator[None]:
+def sweeping(services: Services) -> AbstractAsyncContextManager[None]:
     """The sweeper of `services`, for the duration of the block (then stopped as by SIGTERM)."""
-    async with trio.open_nursery() as nursery:
-        await nursery.start(run_inboxes, services)
-        try:
-            yield
-        finally:
-            services.stopping.set()
-    services.stopping = trio.Event()
+    return running(services, run_inboxes)
 
 
 async def create_inbox(client: Any, auth: dict[str, str], **body: Any) -> dict[str, Any]:
