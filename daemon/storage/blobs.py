@@ -12,7 +12,8 @@ local store lends its own file; the S3 store downloads into a temporary file und
 ``<data_dir>/tmp/blobs-<pid>-<random>/`` and deletes it when the block exits (also
 on error or cancellation). The whole directory goes when the store closes, and a
 store opening removes the directories of processes that are no longer running, so
-a crash leaves nothing behind for long.
+a crash leaves nothing behind for long. The same for the local store's files being
+written (``<data_dir>/blobs/partial/<pid>-<key>``), cut short by a crash mid-upload.
 """
 
 from __future__ import annotations
@@ -85,8 +86,26 @@ class BlobStore(Protocol):
         ...
 
 
+# Blobs being written: ``<root>/partial/<pid>-<key>`` (keys are hex: no blob directory is named so).
+_PARTIAL_DIR = "partial"
+_PARTIAL = re.compile(r"(\d+)-[0-9a-f]+")
+
+
+def _sweep_partial(parent: Path) -> None:
+    """Remove the files being written by local stores whose process is gone (a crash). Our
+    own pid's too: this store is not writing yet, and a container restarted runs the new
+    daemon under the dead one's pid (often 1)."""
+    if not parent.is_dir():
+        return
+    for child in parent.iterdir():
+        match = _PARTIAL.fullmatch(child.name)
+        if match and (int(match.group(1)) == os.getpid() or not _pid_alive(int(match.group(1)))):
+            child.unlink(missing_ok=True)
+            log.info("removed a half-written upload", extra={"action": "blobs.partial_swept", "path": str(child)})
+
+
 class LocalBlobStore:
-    """Blobs as files under ``<data_dir>/blobs/<2 chars>/<key>``."""
+    """Blobs as files under ``<data_dir>/blobs/<2 chars>/<key>``. Open it with `LocalBlobStore.open`."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -96,11 +115,25 @@ class LocalBlobStore:
             raise ValueError(f"invalid blob key {key!r}")
         return self.root / key[:2] / key
 
+    @classmethod
+    async def open(cls, root: Path) -> LocalBlobStore:
+        """A store under `root`, rid of the half-written files of processes that died while
+        receiving them (a SIGKILL mid-upload left each there for ever)."""
+        await trio.to_thread.run_sync(_sweep_partial, root / _PARTIAL_DIR)
+        return cls(root)
+
     async def open_writer(self) -> _LocalWriter:
         key = secrets.token_hex(16)
         final = self._path(key)
-        await trio.to_thread.run_sync(lambda: final.parent.mkdir(parents=True, exist_ok=True))
-        partial = final.with_name(final.name + ".partial")
+        # Written under partial/ with the writer's pid in the name, renamed into place on
+        # commit: what a crash leaves is found (one directory) and told from live writes.
+        partial = self.root / _PARTIAL_DIR / f"{os.getpid()}-{key}"
+
+        def make_dirs() -> None:
+            final.parent.mkdir(parents=True, exist_ok=True)
+            partial.parent.mkdir(exist_ok=True)
+
+        await trio.to_thread.run_sync(make_dirs)
         handle = await trio.open_file(partial, "wb")
         return _LocalWriter(key, handle, partial, final)
 

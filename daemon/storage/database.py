@@ -55,14 +55,20 @@ def wake_after_commit(conn: Connection, wake: Wake) -> None:
     conn.info[_WAKE_KEY] = conn.info.get(_WAKE_KEY, Wake.NONE) | wake
 
 
-def lock_rows(conn: Connection, query: S, *, skip_locked: bool = False, of: Any = None) -> S:
+def lock_rows(conn: Connection, query: S, *, skip_locked: bool = False, of: Any = None,
+              key_share: bool = False) -> S:
     """`query` with FOR UPDATE [SKIP LOCKED] on a database with row locks (PostgreSQL).
+    `key_share`: FOR KEY SHARE instead, which only keeps the rows from being deleted (or
+    their keys changed) until the transaction ends, as a foreign key to them would, and
+    lets any number of such transactions hold them at once.
 
     SQLite has none: every writer runs under its single write lock (BEGIN IMMEDIATE), so
     the rows a writer reads cannot change under it and the query is returned unchanged.
     """
     if not _has_row_locks(conn):
         return query
+    if key_share:
+        return query.with_for_update(read=True, key_share=True, skip_locked=skip_locked, of=of)
     return query.with_for_update(skip_locked=skip_locked, of=of)
 
 

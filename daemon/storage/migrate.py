@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
+
+from daemon.errors import StartupError
 
 if TYPE_CHECKING:
     from alembic.config import Config as AlembicConfig
@@ -52,7 +55,20 @@ def is_current(conn: Connection) -> bool:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply pending migrations (blocking; run it off the trio thread)."""
+    """Apply pending migrations (blocking; run it off the trio thread).
+
+    Raises:
+        StartupError: the database cannot be reached (the first thing `docex serve`,
+            `docex migrate` and `docex users create` do with it: one line, not a traceback).
+    """
+    try:
+        with engine.connect():
+            pass
+    except OperationalError as exc:
+        # The driver's own words ("connection refused", "password authentication failed for
+        # user ...", "unable to open database file") on one line: never the URL, which may hold
+        # a password.
+        raise StartupError(f"cannot reach the database: {' '.join(str(exc.orig).split())}") from exc
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})

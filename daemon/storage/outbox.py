@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from daemon.events import CATALOG
-from daemon.storage.database import Wake, wake_after_commit
+from daemon.storage.database import Wake, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.tables import deliveries, events, schemas, webhook_endpoints
 from daemon.webhooks.models import DeliveryMode, DeliveryStatus
@@ -76,7 +76,14 @@ def _enqueue_routed(conn: Connection, *, event_id: str, user_id: str, event_type
         query = query.where(webhook_endpoints.c.id.in_(bound))
     else:
         query = query.where(webhook_endpoints.c.delivery_mode == DeliveryMode.AUTOMATIC)
+    # Kept from being deleted until this transaction ends (PostgreSQL; SQLite's writers run one
+    # at a time): an endpoint deleted between this read and the inserts below would make them
+    # violate their foreign key and roll back the change itself (a job's creation answered
+    # 500, a worker's result lost until its lease expired). A key-share lock waits for a
+    # delete in progress and skips the row if it committed; events of one user do not wait
+    # for each other.
+    query = lock_rows(conn, query.order_by(webhook_endpoints.c.id), key_share=True)
     subscribers = [Subscriber(id=row.id, enabled=True, mode=row.delivery_mode, patterns=row.events)
-                   for row in conn.execute(query.order_by(webhook_endpoints.c.id))]
+                   for row in conn.execute(query)]
     return [insert_delivery(conn, endpoint_id=endpoint_id, event_id=event_id, event_type=event_type, now=now)
             for endpoint_id in route(event_type, subscribers, bound)]

@@ -67,7 +67,7 @@ def parse_retry_after(value: str | None, now: dt.datetime) -> float | None:
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # "²".isdigit() too, but float("²") raises
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)

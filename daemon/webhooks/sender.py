@@ -165,11 +165,14 @@ async def send(
 
 
 async def _read_some(response: httpx.Response) -> str:
-    """The start of the answer, cut to RESPONSE_BODY_MAX_BYTES (read at most _READ_LIMIT_BYTES)."""
+    """The start of the answer, cut to RESPONSE_BODY_MAX_BYTES (read at most _READ_LIMIT_BYTES),
+    a NUL shown as U+FFFD."""
     data = bytearray()
     async for chunk in response.aiter_bytes():
         data += chunk
         if len(data) >= _READ_LIMIT_BYTES:
             break
     # Not final: a character cut in half at the limit is dropped rather than shown as garbage.
-    return codecs.getincrementaldecoder("utf-8")(errors="replace").decode(bytes(data[:RESPONSE_BODY_MAX_BYTES]))
+    text = codecs.getincrementaldecoder("utf-8")(errors="replace").decode(bytes(data[:RESPONSE_BODY_MAX_BYTES]))
+    # PostgreSQL refuses NUL in text: the attempt could not be recorded, and was sent again for ever.
+    return text.replace("\x00", "\ufffd")

@@ -8,7 +8,8 @@ host name is checked again at each attempt, when it is resolved.
 
 Events: non-empty for AUTOMATIC; each a known type, ``*`` or ``prefix.*``.
 
-Custom headers: at most 20; names are HTTP tokens (RFC 9110 §5.6.2); values
+Custom headers: at most 20; names are HTTP tokens (RFC 9110 §5.6.2) of at most
+256 characters; values
 printable ASCII (tab allowed), at most 4096 characters; none may be
 ``Content-Type``, an ``X-Webhook-*`` header, or a header that frames the
 request (Host, Content-Length, Transfer-Encoding, Connection, …), in any case.
@@ -27,6 +28,8 @@ from daemon.webhooks.routing import valid_pattern
 
 MAX_URL_LENGTH = 2048
 MAX_HEADER_VALUE_LENGTH = 4096
+# A name is quoted in every message about its header: a 4 MB one made an answer as large.
+MAX_HEADER_NAME_LENGTH = 256
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VALUE = re.compile(r"[\t\x20-\x7e]*")
 # Headers that say how the request is framed or routed: docex sets them, or must not have them.
@@ -77,6 +80,10 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
     seen: dict[str, str] = {}
     for name, value in headers.items():
         lower = name.lower()
+        if len(name) > MAX_HEADER_NAME_LENGTH:
+            problems.append(f"customHeaders names must be at most {MAX_HEADER_NAME_LENGTH} characters "
+                            f"({name[:40]}… has {len(name)})")
+            continue
         if not _TOKEN.fullmatch(name):
             problems.append(
                 f"customHeaders.{name} must be a valid HTTP header name (letters, digits and !#$%&'*+-.^_`|~)")

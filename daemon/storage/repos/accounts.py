@@ -78,14 +78,21 @@ def list_users(conn: Connection, limit: int, cursor: str | None) -> list[Row[Any
 
 
 def update_user(conn: Connection, user_id: str, changes: dict[str, Any], now: dt.datetime) -> Row[Any] | None:
+    """Change a user's role or disabled flag; None if there is no such user.
+
+    Raises:
+        Conflict: the change would leave no active admin (the caller cannot demote
+            themselves, but two admins demoting each other at once could).
+    """
     if changes:
+        # The active admins are locked first: two such changes run one after the other, and
+        # the second sees what the first did.
+        active = lock_rows(conn, sa.select(users.c.id).where(users.c.role == Role.ADMIN, users.c.disabled.is_(False)))
+        admins = {row.id for row in conn.execute(active)}
         conn.execute(users.update().where(users.c.id == user_id).values(**changes, updated_at=now))
+        if user_id in admins and not conn.execute(active).first():
+            raise Conflict("This would leave no active admin; make another user ADMIN first")
     return get_user(conn, user_id)
-
-
-def count_admins(conn: Connection) -> int:
-    query = sa.select(sa.func.count()).where(users.c.role == Role.ADMIN, users.c.disabled.is_(False))
-    return int(conn.execute(query).scalar_one())
 
 
 # --- refresh sessions ----------------------------------------------------------------
@@ -147,16 +154,30 @@ def revoke_family(conn: Connection, family_id: str, now: dt.datetime, reason: st
                  .values(revoked_at=now, revoked_reason=reason))
 
 
-def revoke_session_by_refresh(conn: Connection, refresh_hash: str, now: dt.datetime) -> bool:
-    """Log out one session; True if the token belonged to a session (revoked now or before)."""
-    row = conn.execute(sa.select(sessions.c.id, sessions.c.revoked_at)
-                       .where(sessions.c.refresh_hash == refresh_hash)).first()
+class LogoutOutcome(StrEnum):
+    LOGGED_OUT = "logged_out"  # revoked now, or by an earlier logout (logout is idempotent)
+    INVALID = "invalid"  # no session has this token
+    REUSED = "reused"  # an already-rotated token: theft, as on refresh; the whole family was revoked
+
+
+def revoke_session_by_refresh(conn: Connection, refresh_hash: str, now: dt.datetime) -> LogoutOutcome:
+    """Log out the session of a refresh token. Like `rotate_session`, returns rather than
+    raises, so that the revocation of a family on reuse is committed before the 401."""
+    row = conn.execute(lock_rows(conn, sa.select(sessions.c.id, sessions.c.family_id, sessions.c.revoked_at,
+                                                 sessions.c.revoked_reason)
+                                 .where(sessions.c.refresh_hash == refresh_hash))).first()
     if row is None:
-        return False
+        return LogoutOutcome.INVALID
+    if row.revoked_reason == "rotated":
+        # Whoever holds a rotated token is not the session's latest holder, whatever route
+        # they present it to (SPEC §4): a thief must not learn it is still good, nor leave
+        # the family's newer sessions alive.
+        revoke_family(conn, row.family_id, now, "reuse")
+        return LogoutOutcome.REUSED
     if row.revoked_at is None:
         conn.execute(sessions.update().where(sessions.c.id == row.id)
                      .values(revoked_at=now, revoked_reason="logout"))
-    return True
+    return LogoutOutcome.LOGGED_OUT
 
 
 def revoke_user_sessions(conn: Connection, user_id: str, now: dt.datetime) -> None:

@@ -147,11 +147,28 @@ def get_job(conn: Connection, user_id: str, job_id: str) -> Job | None:
     return None if row is None else Job.from_row(row)
 
 
-def _owned(conn: Connection, user_id: str, job_id: str) -> Job:
-    job = get_job(conn, user_id, job_id)
-    if job is None:
+def _to_change(conn: Connection, job_id: str, user_id: str | None) -> Job:
+    """The job a person's request is about to change (cancel, restart, correct, approve,
+    delete), locked until the transaction ends; `user_id` None: any user's (an ADMIN).
+
+    The transition is decided on this row, so it must not change before the write:
+    under PostgreSQL's READ COMMITTED two requests (or a request and a worker's claim)
+    would otherwise both pass the check on what they read, e.g. eight cancels at once
+    answering 200 eight times with eight job.cancelled events, or a delete committed
+    between the check and the write making the write find no row (a 500). The second
+    request waits here and decides on the row as the first left it. (SQLite: writers
+    already run one at a time.)
+
+    Raises:
+        Missing: no such job (of `user_id`).
+    """
+    query = sa.select(jobs).where(jobs.c.id == job_id)
+    if user_id is not None:
+        query = query.where(jobs.c.user_id == user_id)
+    row = conn.execute(lock_rows(conn, query)).first()
+    if row is None:
         raise Missing("Job not found")
-    return job
+    return Job.from_row(row)
 
 
 @dataclass(frozen=True)
@@ -199,7 +216,7 @@ def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> J
 
 def cancel_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Job:
     """PENDING | QUEUED → CANCELLED (job.cancelled). Raises Missing, InvalidTransition."""
-    job = _owned(conn, user_id, job_id)
+    job = _to_change(conn, job_id, user_id)
     transitions.check_cancel(job)
     job = _cancel(conn, job, now)
     _job_ended(conn, job, now)
@@ -217,7 +234,7 @@ def _cancel(conn: Connection, job: Job, now: dt.datetime) -> Job:
 def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -> Job:
     """FAILED → QUEUED (PENDING if its file was never fetched), job.queued. Raises Missing,
     InvalidTransition."""
-    job = _owned(conn, user_id, job_id)
+    job = _to_change(conn, job_id, user_id)
     status = transitions.restarted_status(job)
     job = _update(
         conn,
@@ -248,7 +265,7 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     """Replace a COMPLETED job's result (validated by the caller, which found the required
     values it still lacks: `missing`); the extracted one is kept. Raises Missing,
     InvalidTransition."""
-    job = _owned(conn, user_id, job_id)
+    job = _to_change(conn, job_id, user_id)
     transitions.check_patch_result(job)
     original = job.original_result if job.original_result is not None else job.result
     meta = {**(job.result_meta or {}), **completeness(missing)}
@@ -264,13 +281,7 @@ def approve_job(conn: Connection, job_id: str, owner_id: str | None, reviewer_id
     """Record that `reviewer_id` checked a COMPLETED, complete result (job.updated). The job
     must be `owner_id`'s (None: any user's, for an ADMIN). Approving again moves reviewedAt.
     Raises Missing, InvalidTransition."""
-    query = sa.select(jobs).where(jobs.c.id == job_id)
-    if owner_id is not None:
-        query = query.where(jobs.c.user_id == owner_id)
-    row = conn.execute(query).first()
-    if row is None:
-        raise Missing("Job not found")
-    transitions.check_approve(Job.from_row(row))
+    transitions.check_approve(_to_change(conn, job_id, owner_id))
     job = _update(conn, job_id, now, reviewed_at=now, reviewed_by=reviewer_id)
     _event(conn, "job.updated", job, now, with_result=True)
     return job
@@ -280,7 +291,7 @@ def delete_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) ->
     """Delete the job; returns its blob key for the caller to delete. A run it belonged to
     counts one job less, and ends if that was its last unfinished one. Raises Missing,
     InvalidTransition."""
-    job = _owned(conn, user_id, job_id)
+    job = _to_change(conn, job_id, user_id)
     transitions.check_delete(job)
     conn.execute(jobs.delete().where(jobs.c.id == job_id))
     if job.job_run_id:
@@ -607,17 +618,23 @@ def cancel_run(conn: Connection, user_id: str, run_id: str, now: dt.datetime) ->
     """Cancel the run's PENDING and QUEUED jobs (each emits job.cancelled); running ones
     finish, and the run stays RUNNING until none runs, then ends CANCELLED. Raises Missing,
     InvalidTransition."""
-    run = get_run(conn, user_id, run_id)
-    if run is None:
+    if get_run(conn, user_id, run_id) is None:
         raise Missing("Job run not found")
+    # The waiting jobs locked first, in id order, and the run after them: the order in which
+    # every other unit of work takes them (a job's change, then its run's settlement), so a
+    # cancel racing another cancel, a job's cancel or a job's end waits instead of
+    # deadlocking (PostgreSQL answered 500 "deadlock detected"). Locked, a job a worker
+    # claimed meanwhile is read again and is no longer waiting: it is left to finish, not
+    # turned from RUNNING to CANCELLED under its worker (nor cancelled twice).
+    waiting = list(conn.execute(lock_rows(conn, sa.select(jobs).where(
+        jobs.c.job_run_id == run_id, jobs.c.status.in_(transitions.CANCELLABLE)).order_by(jobs.c.id))))
+    run = _run(conn, run_id, lock=True)
+    assert run is not None
     transitions.check_cancel_run(run)
     if run.cancel_requested_at is None:
         conn.execute(job_runs.update().where(job_runs.c.id == run_id)
                      .values(cancel_requested_at=now, updated_at=now))
-    waiting = conn.execute(
-        sa.select(jobs).where(jobs.c.job_run_id == run_id, jobs.c.status.in_(transitions.CANCELLABLE))
-    )
-    for row in list(waiting):
+    for row in waiting:
         _cancel(conn, Job.from_row(row), now)
     _settle_run(conn, run_id, now, force_progress=True)
     run = _run(conn, run_id)

@@ -66,16 +66,23 @@ def create_endpoint(
     return owned_endpoint(conn, user_id, endpoint_id)
 
 
-def owned_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> WebhookEndpoint:
-    """The endpoint of `user_id`.
+def owned_endpoint(conn: Connection, user_id: str, endpoint_id: str, *, lock: bool = False) -> WebhookEndpoint:
+    """The endpoint of `user_id`; `lock`: locked until the transaction ends, for a unit of
+    work that changes it or adds deliveries to it.
+
+    Under PostgreSQL's READ COMMITTED, what is read unlocked may change before the write:
+    two rotations at once both kept the secret they read as the previous one, so the
+    secret the first answer handed out never signed anything; a ping, send or replay
+    whose endpoint was deleted meanwhile inserted a delivery of no endpoint (a foreign
+    key violation, a 500). Locked, the second waits and sees what the first left
+    (a deleted endpoint: 404). SQLite's writers already run one at a time.
 
     Raises:
         Missing: no such endpoint of `user_id` (also another user's).
     """
-    row = conn.execute(
-        sa.select(webhook_endpoints)
-        .where(webhook_endpoints.c.id == endpoint_id, webhook_endpoints.c.user_id == user_id)
-    ).first()
+    query = sa.select(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id,
+                                               webhook_endpoints.c.user_id == user_id)
+    row = conn.execute(lock_rows(conn, query) if lock else query).first()
     if row is None:
         raise Missing("Webhook endpoint not found")
     return WebhookEndpoint.from_row(row)
@@ -116,7 +123,7 @@ def update_endpoint(conn: Connection, user_id: str, endpoint_id: str, changes: M
         Missing: no such endpoint of `user_id`.
     """
     assert changes.keys() <= UPDATABLE, changes.keys() - UPDATABLE
-    endpoint = owned_endpoint(conn, user_id, endpoint_id)
+    endpoint = owned_endpoint(conn, user_id, endpoint_id, lock=True)
     values = dict(changes)
     if values.get("enabled") is True:
         values |= {"disabled_reason": None, "consecutive_dead_deliveries": 0}
@@ -139,7 +146,7 @@ def rotate_secret(conn: Connection, user_id: str, endpoint_id: str, *, new_seale
     Raises:
         Missing: no such endpoint of `user_id`.
     """
-    endpoint = owned_endpoint(conn, user_id, endpoint_id)
+    endpoint = owned_endpoint(conn, user_id, endpoint_id, lock=True)
     conn.execute(webhook_endpoints.update().where(webhook_endpoints.c.id == endpoint_id).values(
         secret_sealed=new_sealed,
         previous_secret_sealed=endpoint.secret_sealed if overlap_s > 0 else None,
@@ -154,7 +161,7 @@ def delete_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> None:
     Raises:
         Missing: no such endpoint of `user_id`.
     """
-    owned_endpoint(conn, user_id, endpoint_id)
+    owned_endpoint(conn, user_id, endpoint_id, lock=True)
     bound = conn.execute(sa.select(schemas.c.id, schemas.c.webhook_endpoint_ids).where(schemas.c.user_id == user_id))
     for schema_id, ids in list(bound):
         if ids and endpoint_id in ids:
@@ -164,13 +171,17 @@ def delete_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> None:
 
 
 def unknown_endpoint_ids(conn: Connection, user_id: str, ids: Sequence[str]) -> list[int]:
-    """Positions in `ids` that do not name an endpoint of `user_id`."""
+    """Positions in `ids` that do not name an endpoint of `user_id`. The endpoints found are
+    kept from being deleted until the transaction ends (PostgreSQL; SQLite's writers run one
+    at a time), as a schema binds them: a delete racing the binding then either comes
+    first (the id is unknown here) or waits and unbinds it, never leaving a schema bound to
+    a deleted endpoint, whose jobs' events would go to no endpoint at all."""
     if not ids:
         return []
-    found = set(conn.execute(
-        sa.select(webhook_endpoints.c.id)
-        .where(webhook_endpoints.c.user_id == user_id, webhook_endpoints.c.id.in_(list(ids)))
-    ).scalars())
+    query = (sa.select(webhook_endpoints.c.id)
+             .where(webhook_endpoints.c.user_id == user_id, webhook_endpoints.c.id.in_(list(ids)))
+             .order_by(webhook_endpoints.c.id))
+    found = set(conn.execute(lock_rows(conn, query, key_share=True)).scalars())
     return [i for i, endpoint_id in enumerate(ids) if endpoint_id not in found]
 
 
@@ -185,7 +196,7 @@ def send_event(conn: Connection, user_id: str, endpoint_id: str, *, type: str, d
         Missing: no such endpoint of `user_id`.
         InvalidTransition: the endpoint is disabled (nothing would be sent).
     """
-    endpoint = owned_endpoint(conn, user_id, endpoint_id)
+    endpoint = owned_endpoint(conn, user_id, endpoint_id, lock=True)
     if not endpoint.enabled:
         raise InvalidTransition("Webhook endpoint is disabled; enable it with PATCH {\"enabled\": true} first")
     event_id = record_event(conn, user_id=user_id, type=type, data=data, now=now, endpoint_id=endpoint_id)
@@ -200,6 +211,7 @@ def replay(conn: Connection, user_id: str, delivery_id: str, now: dt.datetime) -
         Missing: no such delivery of `user_id`.
     """
     original = owned_delivery(conn, user_id, delivery_id)
+    owned_endpoint(conn, user_id, original.endpoint_id, lock=True)
     new = insert_delivery(conn, endpoint_id=original.endpoint_id, event_id=original.event_id,
                           event_type=original.event_type, now=now)
     return Delivery.from_row(conn.execute(sa.select(deliveries).where(deliveries.c.id == new)).one())
@@ -217,7 +229,7 @@ def recover(conn: Connection, user_id: str, endpoint_id: str, since: dt.datetime
     Raises:
         Missing: no such endpoint of `user_id`.
     """
-    owned_endpoint(conn, user_id, endpoint_id)
+    owned_endpoint(conn, user_id, endpoint_id, lock=True)
     later = deliveries.alias("later")
     dead = conn.execute(
         sa.select(deliveries.c.event_id, deliveries.c.event_type)

@@ -73,8 +73,10 @@ def test_headers() -> None:
     ({"X-Nul": "a\x00"}, "without CR, LF"),
     ({"X-Utf": "café"}, "must be printable ASCII"),
     ({"X-Long": "v" * 4097}, "must be shorter than or equal to 4096 characters"),
+    ({"X-" + "n" * 4_000_000: "v"}, "customHeaders names must be at most 256 characters (X-nnnnnnnnnn"),
     ({"X-A": "1", "x-a": "2"}, "customHeaders.x-a repeats X-A"),
 ])
 def test_bad_headers(headers: dict[str, str], message: str) -> None:
     problems = header_problems(headers)
     assert any(message in p for p in problems), problems
+    assert all(len(p) < 5000 for p in problems)  # a name is not quoted whole, whatever its length
