@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 from pydantic import Field
 from quart import Blueprint, request
@@ -21,7 +20,14 @@ from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.auth.guard import current_principal
 from daemon.errors import ApiError, Conflict, NotFound, PermanentJobError
-from daemon.extraction.pages import PICTURED, SERVED_AS_STORED, PageImage, document_lines, render_page
+from daemon.extraction.pages import (
+    MAX_TEXT_LINES,
+    PICTURED,
+    SERVED_AS_STORED,
+    PageImage,
+    document_text_json,
+    render_page,
+)
 from daemon.extraction.pipeline import in_worker, parse_options
 from daemon.http.context import services
 from daemon.http.models import ApiModel
@@ -63,7 +69,11 @@ class TextPage(ApiModel):
 
 
 class DocumentText(ApiModel):
-    pages: list[TextPage]
+    pages: list[TextPage] = Field(description=f"the first {MAX_TEXT_LINES:,} lines at most, page by page; "
+                                              "pages after the last line kept are left out")
+    lineCount: int = Field(description="lines of the whole document")
+    truncated: bool = Field(description="true when lines (and pages) after the first "
+                                        f"{MAX_TEXT_LINES:,} were left out")
 
 
 async def _job_with_file(job_id: str) -> tuple[Job, str]:
@@ -155,7 +165,7 @@ def _matches(if_none_match: str | None, etag: str) -> bool:
 @blueprint.get("/jobs/<job_id>/text")
 @document_response(DocumentText)
 @error_responses(409, 410, 422)
-async def get_text(job_id: str) -> dict[str, Any]:
+async def get_text(job_id: str) -> Response:
     """The lines of a DOCX, XLSX, CSV, TXT or HTML job's document as docex read them, each
     with its box on the page (for a console to show beside the values). A PDF or image is
     409: its pages are pictures at GET /api/jobs/:id/pages/:n."""
@@ -167,10 +177,10 @@ async def get_text(job_id: str) -> dict[str, Any]:
     config = services().config
     try:
         async with services().blobs.open_local(blob_key) as path:
-            pages = await in_worker(document_lines, str(Path(path)), mime, parse_options(config),
-                                    timeout_s=config.extraction.parse_timeout_s)
+            body = await in_worker(document_text_json, str(Path(path)), mime, parse_options(config),
+                                   timeout_s=config.extraction.parse_timeout_s)
     except FileNotFoundError:
         raise _gone() from None
     except PermanentJobError as exc:
         raise _unshowable(exc) from exc
-    return {"pages": pages}
+    return Response(body, content_type="application/json")  # encoded by the worker: see document_text_json

@@ -137,15 +137,18 @@ export const post = (path, json) => request("POST", path, { json: json ?? {} });
 export const patch = (path, json) => request("PATCH", path, { json });
 export const del = (path) => request("DELETE", path);
 
-/** Every item of a paginated list (`{data, nextCursor}`), up to `max`. */
-export async function all(path, query = {}, max = 500) {
+/** Every item of a paginated list (`{data, nextCursor}`), every page of it. No cap: the
+ * screens that use it (a schema picker, the lists of schemas, endpoints, keys, sessions,
+ * users) show what it returns as the whole, so a cut-off list would hide the oldest items
+ * without a word (a 501st schema could be neither opened nor picked). */
+export async function all(path, query = {}) {
   const items = [];
   let cursor;
   do {
     const page = await get(path, { ...query, limit: 100, cursor });
     items.push(...page.data);
     cursor = page.nextCursor;
-  } while (cursor && items.length < max);
+  } while (cursor);
   return items;
 }
 

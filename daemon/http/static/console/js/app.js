@@ -46,11 +46,23 @@ function match(path) {
     const regex = new RegExp(`^${pattern.replace(/:(\w+)/g, (_, name) => { names.push(name); return "([^/]+)"; })}$`);
     const found = regex.exec(path);
     if (found) {
-      const params = Object.fromEntries(names.map((name, i) => [name, decodeURIComponent(found[i + 1])]));
+      const params = Object.fromEntries(names.map((name, i) => [name, decoded(found[i + 1])]));
+      // A part that is no URI (a link cut inside a %-escape) names nothing: "Not found".
+      if (Object.values(params).includes(null)) return null;
       return { screen, title, needsUser, adminOnly, params, pattern };
     }
   }
   return null;
+}
+
+/** A part of the address, %-decoded; null for one decodeURIComponent refuses (`%E0%A4%A`,
+ * `%ZZ`), whose URIError would otherwise escape the router and leave the old screen shown. */
+function decoded(part) {
+  try {
+    return decodeURIComponent(part);
+  } catch {
+    return null;
+  }
 }
 
 export function navigate(hash) {

@@ -418,6 +418,12 @@ async function lines(job, scroller) {
   const el = pages.map((page) => h("section", { class: "text-page", "aria-label": `Page ${page.number}` },
     pages.length > 1 ? h("h3", {}, `Page ${page.number}`) : null,
     page.lines.length ? page.lines.map((line) => line.el) : h("p", { class: "muted" }, "(no text)")));
+  if (text.truncated) {
+    // The API answers the first lines of a long document only (a tab cannot lay out millions).
+    const shown = pages.reduce((n, page) => n + page.lines.length, 0);
+    el.unshift(h("p", { class: "muted" }, `The first ${shown.toLocaleString()} of `,
+      `${text.lineCount.toLocaleString()} lines are shown: a value read further down is not marked here.`));
+  }
   return { el, show };
 }
 
