@@ -12,15 +12,16 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import trio
 
 from daemon import __version__
 from daemon.config import OCR_ENGINES, Config, describe, load_config, with_dev_secrets
-from daemon.errors import ConfigError
+from daemon.errors import ConfigError, StartupError
 from daemon.logs import is_journal_stream
 
+EXIT_RUNTIME = 1
 EXIT_CONFIG = 2
 
 
@@ -117,7 +118,25 @@ def _serve(args: argparse.Namespace) -> None:
     configure_logging(config.log.level)
     config = with_dev_secrets(config)
     source = ConfigSource(args.config, overrides)
-    trio.run(lambda: serve(config, source, role=ProcessRole(args.role), migrate=not args.no_migrate))
+    try:
+        trio.run(lambda: serve(config, source, role=ProcessRole(args.role), migrate=not args.no_migrate))
+    except* StartupError as group:
+        # except*: the nurseries between here and the failing part wrap it in exception groups.
+        _fail(*_leaves(group))
+
+
+def _fail(*problems: BaseException) -> NoReturn:
+    """One line per problem on stderr (at error priority under journald), exit 1."""
+    priority = "<3>" if is_journal_stream(sys.stderr) else ""
+    for problem in problems:
+        print(f"{priority}docex: {problem}", file=sys.stderr)
+    raise SystemExit(EXIT_RUNTIME) from None
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions inside `group` and the groups nested in it."""
+    return [leaf for exc in group.exceptions
+            for leaf in (_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])]
 
 
 def _migrate(args: argparse.Namespace) -> None:
@@ -131,6 +150,8 @@ def _migrate(args: argparse.Namespace) -> None:
     db = Database(config.database_url, pool_size=1)
     try:
         upgrade(db.engine)
+    except StartupError as exc:
+        _fail(exc)
     finally:
         db.dispose()
     print(f"database at revision {head_revision()}")
@@ -196,6 +217,8 @@ def _create_user(args: argparse.Namespace) -> None:
         user = trio.run(create)
     except ApiError as exc:
         raise SystemExit(f"docex: {exc}") from None
+    except StartupError as exc:
+        _fail(exc)
     print(json.dumps({"id": user.id, "email": user.email, "name": user.name, "role": user.role}))
 
 

@@ -6,17 +6,23 @@ connections and lets in-flight requests finish within the grace period.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
+import h11
+import hypercorn.protocol
 import hypercorn.trio.run
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Closed, Event, Updated
 from hypercorn.middleware import ProxyFixMiddleware
-from hypercorn.trio import serve
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.trio.run import worker_serve
 from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.utils import wrap_app
 
+from daemon.errors import ApiError, StartupError
 from daemon.http.app import create_app
 from daemon.services import Services
 
@@ -25,7 +31,7 @@ class KeepAliveTCPServer(TCPServer):
     """hypercorn's trio connection, with its keep-alive idle timer fixed.
 
     Two bugs of hypercorn 0.18.0's trio worker (hypercorn/trio/tcp_server.py);
-    delete this class and `install_keep_alive_fix` once hypercorn fixes them:
+    delete this class (see `install_hypercorn_fixes`) once hypercorn fixes them:
 
     - The timer outlives the client. When the client closes an idle keep-alive
       connection, the read loop ends, but the connection's task group still
@@ -57,11 +63,29 @@ class KeepAliveTCPServer(TCPServer):
         await self.idle_task.stop()  # the client is gone: nothing left to time out
 
 
-def install_keep_alive_fix() -> None:
-    """Make hypercorn's trio worker build its connections as `KeepAliveTCPServer`.
+class ErrorBodyH11Protocol(H11Protocol):
+    """hypercorn's HTTP/1.1 protocol, answering a request it cannot parse in the SPEC §3
+    error shape: a header block over ``h11_max_incomplete_size`` (431) or a malformed
+    request line or header (400) got a bare status with an empty body, which a client
+    reading every error as JSON could not parse. The app never sees such a request."""
 
-    The worker takes the class from its module's namespace and has no other hook."""
+    async def _send_error_response(self, status_code: int) -> None:
+        message = (f"Request header fields too large: at most {self.config.h11_max_incomplete_size // 1024} KiB "
+                   "in all" if status_code == 431 else "Malformed HTTP request")
+        body = json.dumps(ApiError(message, status=status_code).body()).encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                   (b"connection", b"close"), *self.config.response_headers("h11")]
+        await self._send_h11_event(h11.Response(status_code=status_code, headers=headers))
+        await self._send_h11_event(h11.Data(data=body))
+        await self._send_h11_event(h11.EndOfMessage())
+
+
+def install_hypercorn_fixes() -> None:
+    """Make hypercorn's trio worker build its connections as `KeepAliveTCPServer` and speak
+    HTTP/1.1 as `ErrorBodyH11Protocol`: each takes its class from its module's namespace
+    and has no other hook."""
     hypercorn.trio.run.TCPServer = KeepAliveTCPServer  # type: ignore[attr-defined]
+    hypercorn.protocol.H11Protocol = ErrorBodyH11Protocol  # type: ignore[attr-defined]
 
 
 async def run_http(
@@ -82,5 +106,14 @@ async def run_http(
     app: Any = create_app(services)
     if config.server.trusted_proxy_hops:
         app = ProxyFixMiddleware(app, mode="legacy", trusted_hops=config.server.trusted_proxy_hops)
-    install_keep_alive_fix()
-    await serve(app, hc, shutdown_trigger=shutdown.wait, task_status=task_status)
+    install_hypercorn_fixes()
+    # Bound here, not inside hypercorn's serve: there a taken port was an OSError wrapped in
+    # three exception groups, a 60-line traceback for "port in use" (a second `docex serve`).
+    try:
+        sockets = hc.create_sockets()
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {hc.bind[0]}: {exc.strerror or exc}") from exc
+    for sock in sockets.insecure_sockets:
+        sock.listen(hc.backlog)
+    await worker_serve(wrap_app(app, hc.wsgi_max_body_size, None), hc, sockets=sockets,
+                       shutdown_trigger=shutdown.wait, task_status=task_status)
