@@ -2,6 +2,7 @@
 
     DocexError
     ├── ConfigError            the operator: fix the file or environment, restart
+    ├── StartupError           the operator: something the daemon needs at start is not there
     ├── ApiError               the caller: becomes a 4xx response in the SPEC §3 shape
     │   ├── BadRequest         400 (validation: `message` is a list of rule failures)
     │   ├── Unauthorized       401
@@ -46,6 +47,11 @@ class ConfigError(DocexError):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
         self.problems = problems
+
+
+class StartupError(DocexError):
+    """`docex serve` cannot start with a valid configuration (its port is taken, ...):
+    one line for the operator, exit 1 (a runtime failure, not a usage error)."""
 
 
 class ApiError(DocexError):

@@ -76,7 +76,7 @@ async def open_blob_store(config: Config) -> BlobStore:
     """The blob store of storage.backend: a local directory, or an S3-compatible bucket
     shared by processes on several hosts (the caller closes it)."""
     if config.storage.backend != "s3":
-        return LocalBlobStore(config.data_path / "blobs")
+        return await LocalBlobStore.open(config.data_path / "blobs")
     from daemon.storage.blobs import S3BlobStore
     from daemon.storage.s3 import S3Settings
 

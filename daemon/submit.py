@@ -20,7 +20,9 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import os
 import sys
+import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -81,12 +83,18 @@ async def submit(files: list[str], schema_id: str, *, url: str, api_key: str | N
     """
     if not api_key:
         raise UsageError("set DOCEX_API_KEY to an API key (POST /api/auth/api-keys, or the console's API keys)")
+    if not (api_key.isascii() and api_key.isprintable()):  # an HTTP header cannot carry it (a traceback)
+        raise UsageError("DOCEX_API_KEY is not an API key (printable ASCII)")
     paths = [Path(name) for name in files]
     for path in paths:
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
     headers = {"Authorization": f"Bearer {api_key}", "User-Agent": "docex-submit"}
-    async with httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=120) as client:
+    try:
+        client = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=120)
+    except httpx.InvalidURL as exc:  # not an HTTPError: "http://[::1" was a traceback
+        raise UsageError(f"DOCEX_URL {url!r} is not a URL: {exc}") from exc
+    async with client:
         schema = await _schema(client, schema_id)
         submissions = [Submission(path) for path in paths]
         progress = Progress(len(paths), progress_to)
@@ -110,40 +118,55 @@ async def submit(files: list[str], schema_id: str, *, url: str, api_key: str | N
 
 async def _schema(client: httpx.AsyncClient, schema_id: str) -> dict[str, Any]:
     try:
-        response = await client.get(f"/api/schemas/{schema_id}")
+        # Quoted: an id with "/", "?" or a line break named another path or was a traceback.
+        response = await client.get(f"/api/schemas/{urllib.parse.quote(schema_id, safe='')}")
     except httpx.HTTPError as exc:
         raise UsageError(f"cannot reach docex at {client.base_url}: {exc}") from exc
     if response.status_code in (401, 403):
         raise UsageError(f"the API key was refused ({response.status_code}): {_message(response)}")
     if response.status_code == 404:
         raise UsageError(f"schema {schema_id} not found (GET /api/schemas lists yours)")
-    response.raise_for_status()
-    schema: dict[str, Any] = response.json()
+    try:
+        schema = response.json() if response.status_code == 200 else None
+    except ValueError:
+        schema = None
+    if not isinstance(schema, dict):  # a 5xx, or DOCEX_URL is not docex: was a traceback
+        raise UsageError(f"{client.base_url} did not answer as docex ({response.status_code}): "
+                         f"{_message(response)}")
     return schema
 
 
 async def _upload(client: httpx.AsyncClient, submission: Submission, schema_id: str,
                   limiter: trio.CapacityLimiter, progress: Progress) -> None:
     async with limiter:
-        data = await trio.Path(submission.path).read_bytes()
-        key = f"submit-{hashlib.sha256(data).hexdigest()}-{schema_id}"
-        try:
-            response = await client.post(
-                "/api/jobs", headers={"Idempotency-Key": key},
-                data={"type": "EXTRACTION", "schemaId": schema_id},
-                files={"file": (submission.path.name, data)})
-        except httpx.HTTPError as exc:
-            submission.refused = f"upload failed: {exc}"
-        else:
-            if response.status_code in (200, 201):
-                submission.job = response.json()
-            else:
-                submission.refused = f"{response.status_code}: {_message(response)}"
+        await _send(client, submission, schema_id)
     if submission.refused:
-        print(f"\n{submission.path}: {submission.refused}" if progress.out else
-              f"{submission.path}: {submission.refused}", file=sys.stderr)
+        print(f"\n{shown(submission.path)}: {submission.refused}" if progress.out else
+              f"{shown(submission.path)}: {submission.refused}", file=sys.stderr)
     progress.uploaded += 1
     progress.draw()
+
+
+async def _send(client: httpx.AsyncClient, submission: Submission, schema_id: str) -> None:
+    """Upload one file: its job into `submission.job`, or why not into `submission.refused`."""
+    try:
+        data = await trio.Path(submission.path).read_bytes()
+    except OSError as exc:  # unreadable, or gone since it was checked: that file's problem only (was a traceback)
+        submission.refused = f"cannot read it: {exc.strerror or exc}"
+        return
+    key = f"submit-{hashlib.sha256(data).hexdigest()}-{schema_id}"
+    try:
+        response = await client.post(
+            "/api/jobs", headers={"Idempotency-Key": key},
+            data={"type": "EXTRACTION", "schemaId": schema_id},
+            files={"file": (shown(submission.path.name), data)})
+    except httpx.HTTPError as exc:
+        submission.refused = f"upload failed: {exc}"
+        return
+    if response.status_code in (200, 201):
+        submission.job = response.json()
+    else:
+        submission.refused = f"{response.status_code}: {_message(response)}"
 
 
 async def _wait(client: httpx.AsyncClient, submission: Submission, progress: Progress) -> None:
@@ -162,6 +185,12 @@ async def _wait(client: httpx.AsyncClient, submission: Submission, progress: Pro
     progress.draw()
 
 
+def shown(path: Path | str) -> str:
+    """A path as text any output can carry: a name that is not UTF-8 (its bytes kept by
+    Python as lone surrogates) could be neither sent as a file name nor printed: a traceback."""
+    return os.fsencode(path).decode("utf-8", "replace")
+
+
 def _message(response: httpx.Response) -> str:
     try:
         message = response.json().get("message")
@@ -174,15 +203,16 @@ def _print(submissions: list[Submission], schema: dict[str, Any], fmt: str, out:
     if fmt == "csv":
         shape = export.layout(schema.get("definition") or {})
         writer = csv.writer(out)
-        writer.writerow(["file", *export.rows_header(shape)])
+        # Property names are a user's text like any value: a name starting with "=" is neutralised too.
+        writer.writerow([export.neutralised(v) for v in ["file", *export.rows_header(shape)]])
         for submission in submissions:
             if submission.job is not None:
                 for row in export.rows(submission.job, shape):
-                    writer.writerow([export.neutralised(v) for v in [str(submission.path), *row]])
+                    writer.writerow([export.neutralised(v) for v in [shown(submission.path), *row]])
         return
     for submission in submissions:
         job = submission.job or {}
-        line = {"file": str(submission.path), "jobId": job.get("id"), "status": job.get("status", "REFUSED"),
+        line = {"file": shown(submission.path), "jobId": job.get("id"), "status": job.get("status", "REFUSED"),
                 "result": job.get("result"), "errorCode": job.get("errorCode"),
                 "errorMessage": job.get("errorMessage") or submission.refused}
         out.write(json.dumps(line, ensure_ascii=False) + "\n")

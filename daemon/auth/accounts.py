@@ -18,7 +18,7 @@ from daemon.clock import utcnow
 from daemon.errors import BadRequest, Forbidden, Unauthorized
 from daemon.services import Services
 from daemon.storage.repos import accounts
-from daemon.storage.repos.accounts import Role, RotateOutcome
+from daemon.storage.repos.accounts import LogoutOutcome, Role, RotateOutcome
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,12 @@ async def refresh(services: Services, refresh_token: str, client: Client) -> Tok
 
 
 async def logout(services: Services, refresh_token: str) -> None:
-    if not await services.db.run(accounts.revoke_session_by_refresh, tokens.token_hash(refresh_token), utcnow()):
+    """Revoke the token's session. A rotated token presented here is treated as stolen, as
+    on refresh: every session of that login is revoked and the answer is 401."""
+    outcome = await services.db.run(accounts.revoke_session_by_refresh, tokens.token_hash(refresh_token), utcnow())
+    if outcome is LogoutOutcome.REUSED:
+        raise Unauthorized("Refresh token already used; every session of this login was revoked")
+    if outcome is not LogoutOutcome.LOGGED_OUT:
         raise Unauthorized("Invalid refresh token")
 
 

@@ -13,6 +13,7 @@ Two stores, one policy (`window`):
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 
@@ -25,6 +26,7 @@ from daemon.storage.tables import rate_limit_hits
 # Stale windows are deleted now and then, by whichever request happens to draw this.
 _CLEANUP_PROBABILITY = 0.01
 _MAX_LOCAL_KEYS = 100_000
+_KEY_CHARS: int = rate_limit_hits.c.key.type.length  # type: ignore[attr-defined]
 
 
 def window(limit: RateLimit, now: float) -> tuple[int, int]:
@@ -38,9 +40,20 @@ def verdict(count: int, limit: RateLimit, now: float) -> int | None:
     return None if count <= limit.count else window(limit, now)[1]
 
 
+def stored_key(key: str) -> str:
+    """`key` as the database keeps it: a key longer than the column (a login's e-mail may be 254
+    characters, folded longer still) becomes its SHA-256, which PostgreSQL would otherwise refuse
+    ("value too long": a 500 for every login of such an account) and SQLite store whole."""
+    if len(key) <= _KEY_CHARS:
+        return key
+    name, _, subject = key.partition(":")
+    return f"{name}:sha256:{hashlib.sha256(subject.encode()).hexdigest()}"
+
+
 def shared_hit(conn: Connection, key: str, limit: RateLimit, now: float) -> int | None:
     """Count one hit for `key` in the database; returns Retry-After seconds when over."""
     start, _ = window(limit, now)
+    key = stored_key(key)
     insert = (postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert)(rate_limit_hits)
     statement = (
         insert.values(key=key, window_start=start, count=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import StrictBool
 from quart import Blueprint
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 
@@ -46,7 +47,7 @@ class StatsOut(ApiModel):
 
 class UpdateUserBody(ApiModel):
     role: Role | None = None
-    disabled: bool | None = None
+    disabled: StrictBool | None = None
 
 
 def admin_user_json(row: Any) -> dict[str, Any]:

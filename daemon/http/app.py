@@ -40,11 +40,18 @@ access_log = logging.getLogger("daemon.http.access")
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._\-]{1,128}")
 # JSON bodies are small (schemas, webhook settings); uploads raise their own, larger limit.
 JSON_BODY_LIMIT_BYTES = 4 * 1024 * 1024
+# The methods a metric names; any other (a client may send any HTTP token, kilobytes long)
+# counts as OTHER: each name would be a new series of the public /metrics, kept for ever.
+_METRIC_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 def create_app(services: Services) -> QuartTrio:
     app = QuartTrio("docex")
     app.request_class = DocexRequest
+    # werkzeug answers /api//jobs with a 308 to /api/jobs: an HTML body, not the SPEC §3
+    # shape, and a Location built from the Host header the client sent. No route has an
+    # empty segment, so such a path is an unknown route (404) like any other.
+    app.url_map.merge_slashes = False
     app.asgi_http_class = FlowControlledHTTPConnection
     app.extensions["docex"] = services
     app.config.update(
@@ -111,9 +118,8 @@ def _install_request_context(app: QuartTrio, services: Services) -> None:
             response.headers["Connection"] = "close"
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
         route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
-        services.metrics.http_request_duration.labels(
-            request.method, route, str(response.status_code)
-        ).observe(elapsed)
+        method = request.method if request.method in _METRIC_METHODS else "OTHER"
+        services.metrics.http_request_duration.labels(method, route, str(response.status_code)).observe(elapsed)
         if services.config.log.access:
             access_log.info(
                 "%s %s %d",

@@ -21,6 +21,7 @@ from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_con
 from daemon.http.models import ApiModel
 from daemon.http.openapi import ACCESS_TOKEN, NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
+from daemon.http.validation import in_utc
 from daemon.storage.repos import accounts as repo
 from daemon.storage.repos.accounts import Role
 
@@ -123,6 +124,7 @@ class CreateApiKeyBody(ApiModel):
             return None
         if value.tzinfo is None:
             raise ValueError("expiresAt must be a valid ISO 8601 date string with a time zone")
+        value = in_utc(value, "expiresAt")  # stored in UTC: 9999-12-31T23:59:59-23:59 has no such time
         if value <= utcnow():
             raise ValueError("expiresAt must be a date in the future")
         return value

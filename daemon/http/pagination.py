@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
+import trio
 from pydantic import Field, field_validator
+from quart import current_app
+from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.http.models import ApiModel
 from daemon.storage.ids import looks_like_id
@@ -45,3 +49,11 @@ def page(rows: Sequence[Any], limit: int, render: Callable[[Any], Any], key: str
     shown = rows[:limit]
     last = getattr(shown[-1], key) if shown else None
     return {"data": [render(r) for r in shown], "nextCursor": encode_cursor(last) if more and last else None}
+
+
+async def encoded(body: dict[str, Any]) -> Response:
+    """`body` as Quart's JSON response, encoded in a worker thread: a page of jobs carries each
+    job's result (a correction may be 4 MiB of JSON), and encoding 100 of them on the event loop
+    stalled every other request (20 jobs of 60,000 line items: 2.7 s)."""
+    response = await trio.to_thread.run_sync(functools.partial(current_app.json.response, body))
+    return cast(Response, response)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import trio
 from pydantic import ConfigDict, Field, StringConstraints, field_validator, model_validator
 from quart import Blueprint, Response
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
@@ -135,9 +136,12 @@ def schema_json(row: Any) -> dict[str, Any]:
             "createdAt": iso(row.created_at), "updatedAt": iso(row.updated_at)}
 
 
-def checked_definition(definition: dict[str, Any]) -> dict[str, Any]:
-    """`definition` if it is a supported schema; else BadRequest naming each problem's path."""
-    problems = check_definition(definition)
+async def checked_definition(definition: dict[str, Any]) -> dict[str, Any]:
+    """`definition` if it is a supported schema; else BadRequest naming each problem's path.
+
+    Checked in a thread: the check grows with the definition (a few seconds of CPU for one
+    of 4 MiB, the body limit), which on the event loop would stall every other request."""
+    problems = await trio.to_thread.run_sync(check_definition, definition)
     if problems:
         raise BadRequest(problems)
     return definition
@@ -150,9 +154,10 @@ def checked_definition(definition: dict[str, Any]) -> dict[str, Any]:
 @document_response(SchemaOut, 201)
 async def create_schema(data: CreateSchemaBody) -> tuple[dict[str, Any], int]:
     """Create a schema; an invalid definition is 400 with one message per problem."""
+    definition = await checked_definition(data.definition)
     row = await services().db.run(
         repo.create_schema, user_id=current_principal().user_id, name=data.name, description=data.description,
-        definition=checked_definition(data.definition), webhook_endpoint_ids=data.webhookEndpointIds, now=utcnow(),
+        definition=definition, webhook_endpoint_ids=data.webhookEndpointIds, now=utcnow(),
     )
     return schema_json(row), 201
 
@@ -188,7 +193,7 @@ async def update_schema(schema_id: str, data: UpdateSchemaBody) -> dict[str, Any
     if "description" in given:
         changes["description"] = given["description"]
     if given.get("definition") is not None:
-        changes["definition"] = checked_definition(given["definition"])
+        changes["definition"] = await checked_definition(given["definition"])
     if given.get("webhookEndpointIds") is not None:
         changes["webhook_endpoint_ids"] = given["webhookEndpointIds"]
     row = await services().db.run(repo.update_schema, current_principal().user_id, schema_id, changes, utcnow())
@@ -251,11 +256,17 @@ async def convert(data: ConvertBody) -> dict[str, Any]:
     `{"fields"}` → `{"jsonSchema"}`, `{"jsonSchema"}` → `{"fields"}`, `{"example"}` → `{"jsonSchema"}`.
     """
     try:
-        if data.fields is not None:
-            return {"jsonSchema": fields_to_schema(data.fields)}
-        if data.jsonSchema is not None:
-            return {"fields": [field_json(f) for f in schema_to_fields(data.jsonSchema)]}
-        assert data.example is not None
-        return {"jsonSchema": infer_schema(data.example)}
+        # In a thread, like `checked_definition`: this route is public, and each conversion
+        # checks the schema it reads or makes.
+        return await trio.to_thread.run_sync(_converted, data)
     except ConversionError as exc:
         raise BadRequest(exc.problems) from exc
+
+
+def _converted(data: ConvertBody) -> dict[str, Any]:
+    if data.fields is not None:
+        return {"jsonSchema": fields_to_schema(data.fields)}
+    if data.jsonSchema is not None:
+        return {"fields": [field_json(f) for f in schema_to_fields(data.jsonSchema)]}
+    assert data.example is not None
+    return {"jsonSchema": infer_schema(data.example)}

@@ -7,6 +7,7 @@ pydantic's own wording is translated here, in one place.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -74,6 +75,16 @@ def messages(error: ValidationError) -> list[str]:
     for err in error.errors(include_url=False):
         seen.setdefault(_message(err), None)
     return list(seen)
+
+
+def in_utc(value: dt.datetime, name: str) -> dt.datetime:
+    """`value` (with a zone) as UTC, the way the database stores and compares it, or the
+    ValueError of a field validator: 9999-12-31T23:59:59-23:59 and 0001-01-01T00:00:00+23:59
+    parse, but have no UTC datetime (OverflowError where it is stored or compared: a 500)."""
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise ValueError(f"{name} must be a date between 0001-01-01 and 9999-12-31 in UTC") from None
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, StrictBool, field_validator
 from quart import Blueprint
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -25,6 +25,7 @@ from daemon.http.context import no_content, services
 from daemon.http.models import ApiModel
 from daemon.http.openapi import NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
+from daemon.http.validation import in_utc
 from daemon.storage.ids import new_id
 from daemon.storage.repos import webhooks as repo
 from daemon.webhooks.keys import seal_secret
@@ -78,7 +79,7 @@ class UpdateEndpointBody(ApiModel):
     events: list[str] | None = Field(default=None, max_length=MAX_PATTERNS)
     bodyFormat: BodyFormat | None = None
     customHeaders: dict[str, str] | None = None
-    enabled: bool | None = None
+    enabled: StrictBool | None = None
 
 
 class SendBody(ApiModel):
@@ -104,6 +105,12 @@ class RecoverBody(ApiModel):
 
     since: dt.datetime = Field(description="replay the DEAD deliveries created at or after this time "
                                            "(ISO 8601; without a zone, UTC)")
+
+    @field_validator("since")
+    @classmethod
+    def _in_utc_range(cls, value: dt.datetime) -> dt.datetime:
+        # Compared in UTC by the query: 9999-12-31T23:59:59-23:59 has no such time (a 500).
+        return value if value.tzinfo is None else in_utc(value, "since")
 
 
 class DeliveryQuery(PageQuery):

@@ -16,7 +16,7 @@ from typing import Any
 
 import trio
 from werkzeug.exceptions import RequestEntityTooLarge
-from werkzeug.sansio.multipart import Data, Epilogue, File, MultipartDecoder, NeedData
+from werkzeug.sansio.multipart import Data, Epilogue, File, MultipartDecoder, NeedData, State
 from werkzeug.sansio.multipart import Field as FieldEvent
 
 from daemon.errors import BadRequest, PayloadTooLarge
@@ -89,7 +89,10 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
     sink: _FileSink | None = None
     field_name: str | None = None
     field_value = bytearray()
-    decoder = MultipartDecoder(boundary_of(request.headers.get("Content-Type", "")), max_parts=_MAX_PARTS)
+    # Parts are counted here, not by the decoder's max_parts: its RequestEntityTooLarge
+    # cannot be told from a file's, and a request of small fields was told its file was too big.
+    decoder = MultipartDecoder(boundary_of(request.headers.get("Content-Type", "")))
+    parts = 0
     try:
         body = request.body.__aiter__()
         done = ended = False
@@ -98,12 +101,23 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
             if isinstance(event, NeedData):
                 if ended:
                     raise BadRequest(["multipart body ended early"])
+                # werkzeug keeps what is not yet a part's data (the preamble, a part's
+                # headers, the epilogue) whole until its end arrives: a chunked body of
+                # "x" without a boundary grew the process by every MiB sent.
+                if decoder.state == State.EPILOGUE:
+                    del decoder.buffer[:]  # nothing reads it
+                elif len(decoder.buffer) > _MAX_FIELD_BYTES:
+                    raise BadRequest(["multipart preamble or part headers over 64 KiB"])
                 try:
                     chunk: bytes | None = await body.__anext__()
                 except StopAsyncIteration:
                     chunk, ended = None, True
                 decoder.receive_data(chunk)
                 continue
+            if isinstance(event, File | FieldEvent):
+                parts += 1
+                if parts > _MAX_PARTS:
+                    raise PayloadTooLarge(f"at most {_MAX_PARTS} parts per request")
             if isinstance(event, File):
                 if event.name != file_field:
                     raise BadRequest([f"unexpected file part {event.name!r}; send files as {file_field!r}"])

@@ -61,9 +61,9 @@ MAX_PROPERTIES = 200  # properties at every level together
 MAX_NAME_CHARS = 200
 MAX_TEXT_CHARS = 2000  # title and description
 MAX_ENUM_VALUES = 500
-# check_result reports at most this many errors, each cut to this length (a message
-# quotes the failing value, which may be a whole extracted table).
-MAX_RESULT_ERRORS = 100
+# check_definition and check_result report at most this many problems, a result's each
+# cut to this length (a message quotes the failing value, which may be a whole table).
+MAX_PROBLEMS = 100
 MAX_MESSAGE_CHARS = 300
 
 ROOT_KEYWORDS = ("$schema", "type", "title", "description", "properties", "required", PROVIDER_KEYWORD,
@@ -129,6 +129,10 @@ def check_definition(definition: object, *, root: str = "definition") -> list[st
         return [f"{root} must be an object"]
     walk = _Walk()
     walk.root(definition)
+    for path in _mixed_arrays(definition):
+        walk.add(path, "must not hold objects, arrays or values of different types (a definition's arrays "
+                       "hold names or values of one type)")
+        walk.over_limit = True
     found = list(walk.found)
     if not walk.over_limit:
         reported = [path for path, _ in walk.found]
@@ -136,7 +140,31 @@ def check_definition(definition: object, *, root: str = "definition") -> list[st
             path = tuple(error.absolute_path)
             if not any(path[: len(p)] == p for p in reported):
                 found.append((path, f": {error.message}"))
-    return [json_path(root, path) + message for path, message in found]
+    problems = [json_path(root, path) + message for path, message in found[:MAX_PROBLEMS]]
+    if len(found) > MAX_PROBLEMS:  # 250,000 undeclared `required` names made a 25 MB answer
+        problems.append(f"{root} has {len(found) - MAX_PROBLEMS} more problems")
+    return problems
+
+
+_JSON_KINDS = ((bool, "boolean"), (int | float, "number"), (str, "string"), (dict, "object"), (list, "array"))
+
+
+def _mixed_arrays(definition: dict[str, Any]) -> list[Path]:
+    """Paths of the arrays in `definition` holding objects or arrays, or values of more than
+    one type. No docex definition has one (`required` holds names, `enum` values of one
+    type), and jsonschema checks the meta-schema's uniqueItems (`required`, `type`,
+    `dependentRequired`) of such an array pairwise: 8,000 objects in `required` cost a
+    minute of CPU on the event loop, so the meta-schema is not run over them."""
+    found: list[Path] = []
+    queue: list[tuple[Path, Any]] = [((), definition)]
+    for path, node in queue:  # grows as it goes: breadth first, without recursion
+        if isinstance(node, dict):
+            queue.extend(((*path, key), value) for key, value in node.items())
+        elif isinstance(node, list):
+            kinds = {next((name for kind, name in _JSON_KINDS if isinstance(v, kind)), "null") for v in node}
+            if len(kinds) > 1 or kinds & {"object", "array"}:
+                found.append(path)
+    return found
 
 
 class _Walk:
@@ -336,7 +364,7 @@ class ResultCheck:
     """How a result compares with its definition (SPEC §7).
 
     `problems` are values of the wrong type or shape, each ``<pointer>: <message>``
-    (``/total: 'abc' is not of type 'number'``), at most `MAX_RESULT_ERRORS`, each at most
+    (``/total: 'abc' is not of type 'number'``), at most `MAX_PROBLEMS`, each at most
     `MAX_MESSAGE_CHARS` long. `missing` are the JSON pointers of the required values not
     found (``/vendor/name``, ``/lines/0/qty``); a required object that is absent is named
     itself, not its members. With neither the result matches; with only `missing` it is
@@ -361,7 +389,7 @@ def incomplete_fails(definition: dict[str, Any]) -> bool:
 def check_result(definition: dict[str, Any], result: object) -> ResultCheck:
     """Compare `result` with `definition` (which passed `check_definition`).
 
-    Formats (date, date-time, email, uri) are enforced. Once `MAX_RESULT_ERRORS` problems
+    Formats (date, date-time, email, uri) are enforced. Once `MAX_PROBLEMS` problems
     are found the rest of the result is not looked at (`missing` may then be short). Never
     raises.
     """
@@ -380,7 +408,7 @@ def check_result(definition: dict[str, Any], result: object) -> ResultCheck:
                     missing.setdefault(json_pointer((*path, name)), None)
         else:
             problems.setdefault(_cut(f"{json_pointer(path)}: {error.message}"), None)
-            if len(problems) >= MAX_RESULT_ERRORS:
+            if len(problems) >= MAX_PROBLEMS:
                 break  # invalid whatever else is wrong or missing: bound the work
     return ResultCheck(problems=list(problems), missing=list(missing))
 

@@ -11,7 +11,7 @@ import datetime as dt
 import io
 import secrets
 import zipfile
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,10 @@ from typing import Any
 import sqlalchemy as sa
 import trio
 
+from daemon.clock import utcnow
 from daemon.services import Services
+from daemon.storage.repos import jobs as jobs_repo
+from daemon.storage.repos.jobs import NewJob
 from daemon.storage.tables import events, idempotency_keys, job_runs, jobs
 
 PASSWORD = "correct horse 42"
@@ -272,6 +275,29 @@ async def running_workers(services: Services, workers: int = 2) -> AsyncIterator
     services.stopping = trio.Event()
 
 
+async def completed_job(client: Any, services: Services, auth: dict[str, str], schema_id: str,
+                        data: bytes = INVOICE_TXT, file_name: str = "invoice.txt") -> dict[str, Any]:
+    """A job of `data`, read by one worker until COMPLETED (a test fails otherwise)."""
+    job = await create_job(client, auth, schema_id, data, file_name)
+    async with running_workers(services, workers=1):
+        done = await wait_for_status(client, auth, job["id"], "COMPLETED", "FAILED")
+    assert done["status"] == "COMPLETED", done
+    return done
+
+
+@asynccontextmanager
+async def running(services: Services, task: Callable[..., Awaitable[None]]) -> AsyncIterator[None]:
+    """One of the daemon's tasks (`run_inboxes`, `run_dispatcher`) on `services`, for the
+    duration of the block, then stopped as by SIGTERM."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(task, services)
+        try:
+            yield
+        finally:
+            services.stopping.set()
+    services.stopping = trio.Event()
+
+
 async def wait_for_status(client: Any, auth: dict[str, str], job_id: str, *statuses: str,
                           deadline_s: float = 30.0) -> dict[str, Any]:
     """Poll GET /api/jobs/:id until the job is in one of `statuses`."""
@@ -290,11 +316,37 @@ async def wait_for_status(client: Any, auth: dict[str, str], job_id: str, *statu
 
 async def wait_for_run(client: Any, auth: dict[str, str], run_id: str, *statuses: str,
                        deadline_s: float = 30.0) -> dict[str, Any]:
+    return await wait_at(client, auth, f"/api/job-runs/{run_id}", *statuses, deadline_s=deadline_s)
+
+
+async def wait_at(client: Any, auth: dict[str, str], path: str, *statuses: str,
+                  deadline_s: float = 30.0) -> dict[str, Any]:
+    """Poll GET `path` until what it answers has a status among `statuses`."""
     with trio.fail_after(deadline_s):
         while True:
-            r = await client.get(f"/api/job-runs/{run_id}", headers=auth)
+            r = await client.get(path, headers=auth)
             body = await r.get_json()
             assert r.status_code == 200, body
             if body["status"] in statuses:
                 return body  # type: ignore[no-any-return]
             await trio.sleep(0.02)
+
+
+async def completed_run(client: Any, services: Services, auth: dict[str, str], schema_id: str,
+                        results: list[dict[str, Any]]) -> str:
+    """A run of COMPLETED jobs with these results (as a worker or a correction stores them), made in
+    the database; its id."""
+    user_id = await user_id_of(client, auth)
+
+    def fill(conn: sa.Connection) -> str:
+        now = utcnow()
+        files = [NewJob(file_name=f"{n}.pdf", file_size=3, mime_type="application/pdf", sha256="0" * 64,
+                        blob_key=f"k{n}") for n in range(len(results))]
+        run, _ = jobs_repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=files, now=now)
+        for result in results:
+            job = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
+            jobs_repo.complete_job(conn, job_id=job.id, owner="w", result=result, meta=RESULT_META, page_count=1,
+                                   now=now)
+        return str(run.id)
+
+    return await services.db.run(fill)

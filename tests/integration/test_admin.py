@@ -6,9 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
+import trio
 from auth_helpers import PASSWORD, bearer, error_body, register
 
+from daemon.clock import utcnow
+from daemon.errors import Conflict
 from daemon.storage.repos import accounts as repo
+from daemon.storage.tables import users
 
 ADMIN_USER_KEYS = {"id", "name", "email", "role", "disabled", "createdAt", "updatedAt"}
 ADMIN_ROUTES = [
@@ -212,3 +217,42 @@ async def test_stats_count_users_admins_sessions_and_keys(client, people) -> Non
     assert stats["activeApiKeys"] == 2
     # ada, bob twice and dee; cy logged out.
     assert stats["activeSessions"] == 4
+
+
+async def test_two_admins_demoting_each_other_at_once_leave_one_admin(client, services, people) -> None:
+    """Each may demote the other, but not both at once: the installation keeps an admin."""
+    admin, bob = people["admin"], people["bob"]
+    assert (await patch_user(client, admin["accessToken"], bob["user"]["id"], {"role": "ADMIN"})).status_code == 200
+    statuses: list[int] = []
+
+    async def demote(actor: dict[str, Any], target: dict[str, Any], change: dict[str, Any]) -> None:
+        r = await patch_user(client, actor["accessToken"], target["user"]["id"], change)
+        statuses.append(r.status_code)
+
+    for change in ({"role": "USER"}, {"disabled": True}):
+        statuses.clear()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(demote, admin, bob, change)
+            nursery.start_soon(demote, bob, admin, change)
+        # The second either finds its caller no longer an admin (403) or would leave none (409).
+        assert sorted(statuses) in ([200, 403], [200, 409]), statuses
+        assert await services.db.read(active_admins) == 1
+        # Put Bob back as an active admin for the next round, whoever won.
+        for person in (admin, bob):
+            other = bob if person is admin else admin
+            await patch_user(client, person["accessToken"], other["user"]["id"], {"role": "ADMIN", "disabled": False})
+
+
+async def test_the_last_active_admin_cannot_be_demoted_even_by_the_database_layer(services, people) -> None:
+    """The rule holds below the HTTP check that an admin cannot demote themselves."""
+    admin_id = people["admin"]["user"]["id"]
+    for change in ({"role": "USER"}, {"disabled": True}):
+        with pytest.raises(Conflict, match="no active admin"):
+            await services.db.run(repo.update_user, admin_id, change, utcnow())
+        row = await services.db.read(repo.get_user, admin_id)
+        assert row.role == "ADMIN" and row.disabled is False
+
+
+def active_admins(conn: sa.Connection) -> int:
+    return int(conn.execute(sa.select(sa.func.count()).select_from(users)
+                            .where(users.c.role == "ADMIN", users.c.disabled.is_(False))).scalar_one())

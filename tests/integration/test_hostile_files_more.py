@@ -7,7 +7,7 @@ of ``extraction.*``.
   (an XPath per run), read in time;
 - DOCX tables of more cells than ``extraction.max_cells``: DOCUMENT_TOO_LARGE;
 - a TIFF of 40,000 frames, whose count Pillow takes in quadratic time: TOO_MANY_PAGES
-  at once, not after the parse timeout;
+  at once, not after the parse timeout; an animated PNG, one picture, not a page per frame;
 - an XLSX whose shared strings exhaust ``extraction.max_memory``: PARSE_OUT_OF_MEMORY,
   not a CORRUPTED_FILE that blames the file;
 - a multipart file name holding a NUL or a line break (``filename*=UTF-8''a%00b``):
@@ -170,3 +170,28 @@ async def test_control_characters_in_a_file_name_are_dropped_and_the_file_downlo
         assert r.status_code == 200, disposition
         assert await r.get_data() == INVOICE_TXT
         assert "\n" not in r.headers["Content-Disposition"] and "\r" not in r.headers["Content-Disposition"]
+
+
+def animated_png(path: Path, frames: int = 300) -> Path:
+    """An animated PNG of `frames` frames of a line of text each (a few KB)."""
+    from PIL import Image, ImageDraw
+
+    pictures = []
+    for index in range(frames):
+        picture = Image.new("L", (240, 40), 255)
+        ImageDraw.Draw(picture).text((8, 12), f"Total: {index}.50", fill=0)
+        pictures.append(picture)
+    pictures[0].save(path, format="PNG", save_all=True, append_images=pictures[1:])
+    return path
+
+
+async def test_an_animated_png_is_one_picture_not_a_page_per_frame(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, tmp_path: Path) -> None:
+    # Before: each of its frames was read by OCR as a page (300 frames: minutes for one picture).
+    with_limits(services, parse_timeout_s=10)
+    job = await create_job(client, alice, schema_id, animated_png(tmp_path / "frames.png").read_bytes(), "frames.png")
+    async with running_workers(services, workers=1):
+        done = await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED", deadline_s=60)
+    assert (done["status"], done["pageCount"]) == ("COMPLETED", 1), (done["errorCode"], done["errorMessage"])
+    r = await client.get(f"/api/jobs/{job['id']}/pages/2", headers=alice)
+    assert r.status_code == 404 and "no page 2" in (await r.get_json())["message"]

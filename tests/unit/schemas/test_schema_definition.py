@@ -8,7 +8,7 @@ import pytest
 
 from daemon.schemas.definition import (
     DIALECT,
-    MAX_RESULT_ERRORS,
+    MAX_PROBLEMS,
     ResultCheck,
     check_definition,
     check_result,
@@ -301,5 +301,5 @@ def test_date_time_and_uri_are_checked_without_optional_packages() -> None:
 def test_errors_are_capped_and_cut_short() -> None:
     definition = schema({"lines": {"type": "array", "items": {"type": "integer"}}})
     errors = check_result(definition, {"lines": ["x" * 1000] * 500}).problems
-    assert len(errors) == MAX_RESULT_ERRORS
+    assert len(errors) == MAX_PROBLEMS
     assert all(len(e) <= 300 for e in errors) and errors[0].startswith("/lines/0: 'xxx")
