@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+import trio
+
+from daemon.auth.ratelimit import window
+from daemon.config import RateLimit
 from daemon.errors import reason_phrase
 
 PASSWORD = "correct horse 42"
@@ -17,6 +22,17 @@ def bearer(token: str) -> dict[str, str]:
 def origin(ip: str | None) -> dict[str, Any]:
     """Test-client arguments that make a request come from `ip`."""
     return {"scope_base": {"client": (ip, 40000)}} if ip else {}
+
+
+async def clear_of_window_end(limit: RateLimit, within_s: float = 30.0) -> None:
+    """Wait out the end of `limit`'s current window if it is less than `within_s` away.
+
+    Rate limits count in fixed windows aligned on the clock (an hour-long one ends on the
+    hour), so a test counting hits up to a 429 that ran across the end of one would see its
+    count reset. Called before the counting starts; waits only near a window's end."""
+    left = window(limit, time.time())[1]
+    if left < within_s:
+        await trio.sleep(left + 0.1)
 
 
 async def register(client: Any, name: str = "Alice", email: str = "alice@example.com",

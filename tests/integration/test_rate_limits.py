@@ -7,12 +7,18 @@ import dataclasses
 from typing import Any
 
 import pytest
-from auth_helpers import ERROR_KEYS, PASSWORD, bearer, origin
+from auth_helpers import ERROR_KEYS, PASSWORD, bearer, clear_of_window_end, origin
 
 from daemon.config import RateLimit
 
-# Hour-long windows: a fixed window rolling over in the middle of a test would reset the count.
+# Hour-long windows: a fixed window rolling over in the middle of a test would reset the count
+# (and a test starting in an hour's last seconds waits for the next: `clear_of_window_end`).
 PERIOD_S = 3600
+
+
+@pytest.fixture(autouse=True)
+async def _clear_of_window_end() -> None:
+    await clear_of_window_end(RateLimit(1, PERIOD_S))
 
 
 @pytest.fixture
