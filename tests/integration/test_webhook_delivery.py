@@ -274,7 +274,10 @@ async def test_500_until_dead(client: Any, services: Services, alice: dict[str, 
         assert [a["statusCode"] for a in detail["attemptLog"]] == [500, 500, 500]
         assert all(len(a["responseBody"].encode()) == 1024 for a in detail["attemptLog"])
         gaps = [b.at - a.at for a, b in zip(receiver.requests, receiver.requests[1:], strict=False)]
-        assert 0.18 <= gaps[0] < gaps[1] and gaps[1] >= 0.36, gaps  # exponential: 200 ms then 400 ms (±10 %)
+        # Exponential: 200 ms then 400 ms (±10 %), so the second wait is longer than any first one
+        # could be. Only lower bounds: a loaded machine lengthens either gap (the exact schedule
+        # is tests/unit/webhooks/test_webhook_schedule.py's), so gaps[0] < gaps[1] may not hold.
+        assert gaps[0] >= 0.18 and gaps[1] >= 0.36, gaps
         await trio.sleep(0.3)
         assert len(receiver.requests) == 3  # no fourth attempt
         got = await call(client, "get", f"/api/webhooks/{ep['id']}", alice, 200)
