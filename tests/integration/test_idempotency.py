@@ -3,8 +3,10 @@ concurrent requests, expiry, and refused requests that must not burn a key."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+import sqlalchemy as sa
 import trio
 from jobs_helpers import (
     GARBAGE,
@@ -161,12 +163,16 @@ async def test_an_expired_key_can_be_used_again(client: Any, services: Any, alic
 
 async def test_the_key_lives_idempotency_ttl(client: Any, services: Any, alice: dict[str, str],
                                              schema_id: str) -> None:
-    with_jobs_config(services, idempotency_ttl_s=1)
+    # 3 s, not 1: the replay must come within the TTL of the first request's commit, and two
+    # uploads on a loaded machine can take a second.
+    with_jobs_config(services, idempotency_ttl_s=3)
     r = await post_job(client, alice, schema_id, headers=key())
     assert r.status_code == 201
     r = await post_job(client, alice, schema_id, headers=key())
     assert r.status_code == 200
-    await trio.sleep(1.1)
+    (row,) = await services.db.read(lambda conn: list(conn.execute(sa.select(idempotency_keys))))
+    assert row.expires_at - row.created_at == dt.timedelta(seconds=3)
+    await trio.sleep((row.expires_at - dt.datetime.now(dt.UTC)).total_seconds() + 0.1)
     r = await post_job(client, alice, schema_id, headers=key())
     assert r.status_code == 201
     assert await count_jobs(services) == 2
