@@ -102,7 +102,15 @@ async def test_fifty_files_become_fifty_jobs_once_though_a_sweeper_is_killed(
         await wait_for_jobs(api, FILES + 1, timeout=10)
         latency = time.monotonic() - started
         # Who took what, from each process's log (the killed one's included): every file once in all.
-        split = [sum(r.get("taken", 0) for r in d.records if r.get("action") == "inbox.swept") for d in everyone]
+        # A sweeper logs after its commit, and its line reaches us through a pipe and a reader
+        # thread: the job may be seen before the line, so the lines are waited for.
+        deadline = time.monotonic() + 10
+        while True:
+            split = [sum(r.get("taken", 0) for r in d.records if r.get("action") == "inbox.swept")
+                     for d in everyone]
+            if sum(split) >= FILES + 1 or time.monotonic() > deadline:
+                break
+            await trio.sleep(0.05)
         assert sum(split) == FILES + 1, split
         print(f"\n{FILES} files → {FILES} jobs across {len(sweepers)} sweeping process(es) and a SIGKILL "
               f"(taken per process in start order, the killed one last but one: {split}); "
