@@ -146,9 +146,13 @@ async def test_a_silent_s3_endpoint_does_not_starve_other_users_uploads(
     """Each S3 call waits in a thread for the endpoint (up to its read timeout, 60 s, per
     attempt). Threads for blocking work are shared: a user with an endpoint that accepts and
     never answers must not take all of them from everyone's uploads."""
+    import daemon.integrations.s3
     import daemon.storage.s3
 
-    monkeypatch.setattr(daemon.storage.s3, "_READ_TIMEOUT_S", 4)
+    # Far beyond the wait for every endpoint thread to be taken (the clients are built one at a
+    # time, seconds for 60 on a loaded machine), so a starved upload would wait seconds more.
+    monkeypatch.setattr(daemon.storage.s3, "_READ_TIMEOUT_S", 8)
+    endpoint_threads = daemon.integrations.s3._ENDPOINT_THREADS
     bob = await register(client, "bob@example.com")
     bob_schema = await create_schema(client, bob)
     async with trio.open_nursery() as servers:
@@ -162,7 +166,11 @@ async def test_a_silent_s3_endpoint_does_not_starve_other_users_uploads(
         async with trio.open_nursery() as tests:
             for _ in range(60):
                 tests.start_soon(test_it)
-            await trio.sleep(1.0)  # every test is waiting on the endpoint now
+            with trio.fail_after(30):  # every thread for S3 calls is waiting on the endpoint now
+                while True:
+                    if endpoint_threads.statistics().borrowed_tokens == endpoint_threads.total_tokens:
+                        break
+                    await trio.sleep(0.02)
             started = time.monotonic()
             r = await post_job(client, bob, bob_schema)
             took = time.monotonic() - started
