@@ -51,6 +51,16 @@ async def _upload_without_end(port: int, auth: str, schema_id: str, mib: int) ->
     return stream
 
 
+async def _being_stored(blobs: Path, timeout: float = 15.0) -> None:  # noqa: ASYNC109
+    """Once the daemon has started writing the upload under `blobs` (the bytes sent may still
+    be in the sockets' buffers, unread, for as long as a loaded machine keeps it from them)."""
+    with trio.fail_after(timeout):
+        while True:
+            if _files_under(blobs):
+                return
+            await trio.sleep(0.05)
+
+
 async def _answer_or_close(stream: trio.SocketStream, timeout: float = 15.0) -> bytes:  # noqa: ASYNC109
     """Everything the daemon sends until it closes the connection."""
     out = bytearray()
@@ -110,9 +120,8 @@ async def test_sigkill_during_a_large_upload_leaves_no_job_and_no_half_file_afte
     api = await _signed_in(first)
     schema_id = await api.create_schema()
     stream = await _upload_without_end(first.port, api.headers["Authorization"], schema_id, mib=8)
-    await trio.sleep(0.5)
     blobs = data_dir / "blobs"
-    assert _files_under(blobs), "the upload is not being stored"
+    await _being_stored(blobs)
 
     first.signal(signal.SIGKILL)
     assert await first.wait_exit(timeout=10) == -signal.SIGKILL
@@ -139,7 +148,7 @@ async def test_sigterm_during_a_large_upload_past_the_grace_period_stores_nothin
     api = await _signed_in(daemon)
     schema_id = await api.create_schema()
     stream = await _upload_without_end(daemon.port, api.headers["Authorization"], schema_id, mib=4)
-    await trio.sleep(0.3)
+    await _being_stored(data_dir / "blobs")
     daemon.signal(signal.SIGTERM)
     answer = await _answer_or_close(stream)
     assert not answer.startswith(b"HTTP/1.1 201"), answer[:300]
