@@ -123,6 +123,8 @@ async def test_sighup_changing_a_cold_setting_asks_for_a_restart_and_keeps_the_p
     start_daemon, config_file, unused_port, refuses_connections
 ) -> None:
     old_port, new_port = unused_port(), unused_port()
+    while new_port == old_port:  # each is a port the kernel had free: twice the same one, now and then
+        new_port = unused_port()
     path = config_file(f"port = {old_port}\n")
     d = start_daemon("--config", str(path), port=False, http_port=old_port)
     await d.wait_http_ready()
