@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -39,9 +40,13 @@ async def _json(response: httpx.Response, status: int) -> Any:
 
 
 async def test_deliveries_due_when_the_daemon_is_killed_are_all_sent_after_a_restart(
-    start_daemon: Callable[..., Any], unused_port: Callable[[], int], database_url: str
+    start_daemon: Callable[..., Any], database_url: str
 ) -> None:
-    port = unused_port()
+    # The receiver's port stays bound (never listening: connections to it are refused) until the
+    # receiver takes it: a port only found free could be handed to the daemon started next.
+    reserved = socket.socket()
+    reserved.bind(("127.0.0.1", 0))
+    port = reserved.getsockname()[1]
     first = start_daemon(env=ENV)
     await first.wait_http_ready()
     async with Api(first.url(""), timeout=10) as session:
@@ -72,6 +77,7 @@ async def test_deliveries_due_when_the_daemon_is_killed_are_all_sent_after_a_res
     first.signal(signal.SIGKILL)
     assert await first.wait_exit(timeout=5) == -signal.SIGKILL
 
+    reserved.close()
     async with open_receiver(port=port) as receiver:
         second = start_daemon(env=ENV)
         await second.wait_http_ready()
