@@ -43,6 +43,10 @@ def _free_port() -> int:
         return port
 
 
+class _Exited(RuntimeError):
+    """The server process ended before it answered (its port was taken, say)."""
+
+
 class S3Server:
     """A running moto server with its IAM users made and authentication on."""
 
@@ -55,25 +59,33 @@ class S3Server:
 
     @classmethod
     def start(cls) -> S3Server:
-        port = _free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        server = cls(proc, port)
-        try:
-            server._wait_ready()
-            server._make_users()
-        except BaseException:
-            server.stop()
-            raise
-        return server
+        # The port is found free, then bound by the server a second or two later: should
+        # something take it meanwhile, the server exits, and another port is tried.
+        for attempt in range(3):
+            port = _free_port()
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+            server = cls(proc, port)
+            try:
+                server._wait_ready()
+                server._make_users()
+            except _Exited:
+                if attempt == 2:
+                    raise
+                continue
+            except BaseException:
+                server.stop()
+                raise
+            return server
+        raise AssertionError("unreachable")
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         while True:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited with {self.proc.returncode}")
+                raise _Exited(f"moto server exited with {self.proc.returncode}")
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{self.endpoint_url}/moto-api/", timeout=1.0).status_code < 500:
                     return
