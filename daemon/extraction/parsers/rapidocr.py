@@ -36,12 +36,13 @@ import importlib.util
 import logging
 import math
 import os
+import statistics
 import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Word
-from daemon.extraction.parsers import heap
+from daemon.extraction.parsers import heap, stamps
 
 if TYPE_CHECKING:
     import numpy
@@ -150,10 +151,48 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
 
 
 def _runs(image: Image.Image) -> list[list[Word]]:
-    """`rapidocr_lines` of an image read whole."""
+    """`rapidocr_lines` of an image read whole; where red ink crosses the print, those
+    lines read again from the page with the stamp lifted (`stamps`)."""
+    pixels, scale_x, scale_y = _model_input(image)
+    try:
+        runs = _read(pixels, scale_x, scale_y, image)
+        if runs:
+            runs = _restamped(runs, pixels, scale_x, scale_y, image)
+    finally:
+        del pixels
+        heap.give_back()  # the activations' pages, before the next reading takes an OCR slot
+    return [[word] for word in runs]
+
+
+def _restamped(runs: list[Word], pixels: numpy.ndarray, scale_x: float, scale_y: float,
+               image: Image.Image) -> list[Word]:
+    """`runs` with the lines a red mark crosses read again from the page with its marks
+    lifted (`stamps`)."""
+
+    def in_pixels(word: Word) -> Word:
+        return Word(word.text, word.x0 / scale_x, word.y0 / scale_y, word.x1 / scale_x, word.y1 / scale_y)
+
+    ink = stamps.red_ink(pixels)
+    if ink is None:
+        return runs
+    mark = stamps.marks(ink, statistics.median((word.y1 - word.y0) / scale_y for word in runs))
+    if mark is None:
+        return runs
+    printed = stamps.print_ink(pixels)
+    crossed = [stamps.crossed(in_pixels(word), mark, printed) for word in runs]
+    if not any(crossed):
+        return runs
+    lifted = stamps.lifted(pixels, ink)
+    again = _read(lifted, scale_x, scale_y, image)
+    del lifted
+    again_crossed = [stamps.crossed(in_pixels(word), mark, printed) for word in again]
+    return stamps.merged(runs, again, crossed, again_crossed)
+
+
+def _read(pixels: numpy.ndarray, scale_x: float, scale_y: float, image: Image.Image) -> list[Word]:
+    """The text runs RapidOCR finds in `pixels` (its input: `_model_input`), boxes in `image`'s pixels."""
     global _engine
     engine = _load()
-    pixels, scale_x, scale_y = _model_input(image)
     try:
         output = engine(pixels)
     except BaseException as exc:
@@ -168,12 +207,9 @@ def _runs(image: Image.Image) -> list[list[Word]]:
         if any(words in str(exc) for words in _REFUSED):
             raise MemoryError from exc  # onnxruntime's own words for it
         raise PermanentJobError("OCR_FAILED", f"rapidocr failed ({type(exc).__name__})") from exc
-    finally:
-        del pixels
-        heap.give_back()  # the activations' pages, before the next reading takes an OCR slot
     if output.txts is None or output.boxes is None or output.scores is None:
         return []  # no text found
-    lines: list[list[Word]] = []
+    runs: list[Word] = []
     for raw, quad, score in zip(output.txts, _in_image(output.boxes, scale_x, scale_y, image), output.scores,
                                 strict=True):
         text = plain_text(str(raw))
@@ -185,8 +221,8 @@ def _runs(image: Image.Image) -> list[list[Word]]:
         margin = (y1 - y0) * (1 - 1 / _PADDED) / 2
         if x1 - x0 > 2 * margin + 1:
             x0, x1 = x0 + margin, x1 - margin
-        lines.append([Word(text, x0, y0 + margin, x1, y1 - margin, max(0.0, min(1.0, float(score))))])
-    return lines
+        runs.append(Word(text, x0, y0 + margin, x1, y1 - margin, max(0.0, min(1.0, float(score)))))
+    return runs
 
 
 def _model_input(image: Image.Image) -> tuple[numpy.ndarray, float, float]:
