@@ -30,9 +30,11 @@ A *lesson* per confirmed value (`learn`):
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import functools
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -389,16 +391,16 @@ class _Placed(NamedTuple):
     y: float
 
 
-def _placed(reading: Sequence[ReadingLine], kind: str, shape: str | None, right: frozenset[str],
-            below: frozenset[str]) -> list[_Placed]:
+def _placed(reading: Sequence[ReadingLine], upper: _UpperText, kind: str, shape: str | None,
+            right: frozenset[str], below: frozenset[str]) -> list[_Placed]:
     """Every value of `kind` (`shape`) in `reading` with its label, on the lines a spot can
     read: those with a word of the labels a value stood `right` of, and those under a line
     with a word of the labels it stood `below` (reading values costs more than the rest of
     `apply`)."""
     out: list[_Placed] = []
-    has_right, has_below = _has_word(reading, right), _has_word(reading, below)
+    has_right, has_below = upper.lines_with(right), upper.lines_with(below)
     for index, line in enumerate(reading):
-        if not (has_right[index] or (index and has_below[index - 1])):
+        if not (index in has_right or (index - 1) in has_below):
             continue
         found = values_in(kind, line[0], shape)
         for value, start, _ in found:
@@ -408,12 +410,26 @@ def _placed(reading: Sequence[ReadingLine], kind: str, shape: str | None, right:
     return out
 
 
-def _has_word(reading: Sequence[ReadingLine], words: frozenset[str]) -> list[bool]:
-    """Per line of `reading`, whether it has one of `words` (upper-case letters) in it."""
-    if not words:
-        return [False] * len(reading)
-    pattern = re.compile("|".join(map(re.escape, sorted(words, key=len, reverse=True))), re.IGNORECASE)
-    return [pattern.search(line[0]) is not None for line in reading]
+class _UpperText:
+    """A reading's lines in upper case, one text, to find which lines hold a label's word
+    (`lines_with`): a few substring searches over the whole text, not a search per line."""
+
+    def __init__(self, reading: Sequence[ReadingLine]) -> None:
+        lines = [line[0].upper() for line in reading]
+        self.text = "\n".join(lines)
+        self.starts = list(itertools.accumulate((len(line) + 1 for line in lines), initial=0))
+
+    def lines_with(self, words: frozenset[str]) -> set[int]:
+        """The indices of the lines that have one of `words` (upper-case letters) in them."""
+        out: set[int] = set()
+        find, starts = self.text.find, self.starts
+        for word in words:
+            at = find(word)
+            while at != -1:
+                index = bisect.bisect_right(starts, at) - 1
+                out.add(index)
+                at = find(word, starts[index + 1])
+        return out
 
 
 def _read_spot(placed: list[_Placed], spot: dict[str, Any]) -> tuple[Any, int, bool] | None:
@@ -452,7 +468,7 @@ def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequ
     result = _copy(result)
     fields = dict(fields)
     top = header(reading)
-    placed = functools.cache(functools.partial(_placed, reading))
+    placed = functools.cache(functools.partial(_placed, reading, _UpperText(reading)))
     for pointer, sub in scalar_fields(schema):
         kind = _kind(sub)
         taught = [(m, m.fields[pointer]) for m in examples if isinstance(m.fields.get(pointer), dict)]
