@@ -182,7 +182,17 @@ def _restamped(runs: list[Word], pixels: numpy.ndarray, scale_x: float, scale_y:
     crossed = [stamps.crossed(in_pixels(word), mark, printed) for word in runs]
     if not any(crossed):
         return runs
+    # Only the band from the first crossed line to the last, a line's height beyond each (a
+    # line the stamp hid from the first reading lies between or beside them), is read again,
+    # on a page of the same size made paper elsewhere: the detector sees its lines at the
+    # same scale (it enlarges a short page), and the recogniser reads only them.
+    boxes = [in_pixels(word) for word, is_crossed in zip(runs, crossed, strict=True) if is_crossed]
+    margin = max(word.y1 - word.y0 for word in boxes)
+    top = max(0, int(min(word.y0 for word in boxes) - margin))
+    bottom = int(max(word.y1 for word in boxes) + margin) + 1
     lifted = stamps.lifted(pixels, ink)
+    lifted[:top] = 255
+    lifted[bottom:] = 255
     again = _read(lifted, scale_x, scale_y, image)
     del lifted
     again_crossed = [stamps.crossed(in_pixels(word), mark, printed) for word in again]

@@ -3,10 +3,11 @@
 A stamp across a receipt's header turns the words it crosses into other words
 ("BESTARIJAYA", "STATIONERY  BOOKS"), or hides a line from the detector
 altogether. The print is black, blue or purple, the stamp red; and red ink is
-as pale as paper in the red channel, where the print stays dark. So a page
-where a red mark crosses the print is read a second time in grey with its red
-ink at the level of its red channel (`lifted`), and the lines a mark crosses
-are taken from that reading unless the first was clearly surer (`merged`).
+as pale as paper in the red channel, where the print stays dark. So where a red mark
+crosses the print, the band of the page from the first line it crosses to the
+last is read a second time in grey with its red ink at the level of its red
+channel (`lifted`), and the lines a mark crosses are taken from that reading
+unless the first was clearly surer (`merged`).
 
 A mark is told from letters printed in red or magenta (a two-colour till
 printer's header) by its strokes: a stamp's ring, letters and lines, a pen's
