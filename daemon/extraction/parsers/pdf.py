@@ -267,6 +267,7 @@ def render_scale(number: int, width: float, height: float, options: ParseOptions
 
 def _ocr_page(pdf: pdfium.PdfDocument, index: int, options: ParseOptions) -> Page:
     from daemon.extraction.parsers.ocr import ocr_lines
+    from daemon.extraction.parsers.rapidocr import reading_scale
 
     try:
         page = pdf[index]
@@ -275,8 +276,13 @@ def _ocr_page(pdf: pdfium.PdfDocument, index: int, options: ParseOptions) -> Pag
     try:
         width, height = page.get_size()
         scale = render_scale(index + 1, width, height, options)
+        # RapidOCR reads colour (a red stamp over the print is lifted: `stamps`) at its own
+        # input size; tesseract reads grey at 300 dpi.
+        colour = options.ocr_engine == "rapidocr"
+        if colour:
+            scale = min(scale, reading_scale(width, height))
         try:
-            bitmap = page.render(scale=scale, grayscale=True)
+            bitmap = page.render(scale=scale, grayscale=not colour)
         except pdfium.PdfiumError as exc:
             raise corrupted("PDF", f"page {index + 1}: {exc}") from exc
         try:

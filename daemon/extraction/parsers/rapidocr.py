@@ -119,6 +119,17 @@ def plain_text(text: str) -> str:
     return unicodedata.normalize("NFKC", text).strip()
 
 
+def reading_scale(width: float, height: float) -> float:
+    """The largest scale of a page `width` × `height` that RapidOCR reads whole, not shrunk
+    first (`_model_input`): its longer side at `MAX_SIDE` px; a page more than
+    `MAX_ASPECT` times as tall as wide, read in bands (`rapidocr_lines`), at
+    MAX_SIDE / MAX_ASPECT px wide. A PDF page rendered for OCR larger than that would
+    only be shrunk again."""
+    if height > MAX_ASPECT * width:
+        return MAX_SIDE / MAX_ASPECT / width
+    return MAX_SIDE / max(width, height)
+
+
 def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
     """The image's text runs, one `Word` each (in its own one-word list, so
     that line grouping puts runs side by side only where they do not overlap),
