@@ -10,7 +10,7 @@ SAMPLES/score.py's own comparison), then, with --misses FIELD, every receipt
 whose FIELD is wrong: what the answer is and what the rules read.
 
 With --learning, `bench/learning.py`'s stream is replayed on the kept readings in
-seconds instead of through a daemon in twenty minutes: each receipt of the sets, in
+seconds instead of through a daemon in minutes: each receipt of the sets, in
 order, read by the rules, then with the examples its fingerprint matches (ordered and
 cut as the database's lookup does), scored, then learned from its answer as a
 correction would teach; it prints both means, with and without learning, and every
