@@ -138,11 +138,11 @@ async def extract(
     schema = schema_of(definition)
     options = parse_options(config)
     if name == "rules":
-        outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema,
+        outcome = await in_worker(extract_with_rules, str(path), mime_type, options, schema, learned is not None,
                                   timeout_s=config.extraction.parse_timeout_s)
         assert isinstance(outcome, RulesOutcome)
         result, fields, reading = outcome.result, outcome.fields, None
-        if learned is not None:
+        if learned is not None and outcome.reading is not None:
             reading = _reading(outcome.reading)
             result, fields = await learned(reading["keys"], functools.partial(
                 learning.apply, outcome.reading, schema, result=result, fields=fields))

@@ -38,8 +38,9 @@ class RulesOutcome:
     page_count: int
     result: dict[str, Any]
     fields: dict[str, Any]
-    # What learning keeps of the document (`daemon.extraction.learning.reading_of`).
-    reading: list[list[Any]]
+    # What learning keeps of the document (`daemon.extraction.learning.reading_of`); None
+    # when the job does not learn (the reading of 400 lines is not made, nor sent back).
+    reading: list[list[Any]] | None
 
 
 def _collector_paused(fn: Callable[..., T], *args: Any) -> T:
@@ -104,15 +105,16 @@ def _parse(path: str, mime_type: str, options: ParseOptions) -> Document | Failu
                        traceback.format_exc())
 
 
-def extract_with_rules(path: str, mime_type: str, options: ParseOptions,
-                       definition: dict[str, Any]) -> RulesOutcome | Failure:
+def extract_with_rules(path: str, mime_type: str, options: ParseOptions, definition: dict[str, Any],
+                       keep_reading: bool) -> RulesOutcome | Failure:
     """Parse a file and run the rules provider on it, in the same process: only
-    the result crosses back, not the document."""
-    return _collector_paused(_extract_with_rules, path, mime_type, options, definition)
+    the result (and the reading learning keeps, if `keep_reading`) crosses back,
+    not the document."""
+    return _collector_paused(_extract_with_rules, path, mime_type, options, definition, keep_reading)
 
 
-def _extract_with_rules(path: str, mime_type: str, options: ParseOptions,
-                        definition: dict[str, Any]) -> RulesOutcome | Failure:
+def _extract_with_rules(path: str, mime_type: str, options: ParseOptions, definition: dict[str, Any],
+                        keep_reading: bool) -> RulesOutcome | Failure:
     from daemon.extraction.providers.rules.engine import extract_rules
 
     document = _parse(path, mime_type, options)
@@ -125,7 +127,7 @@ def _extract_with_rules(path: str, mime_type: str, options: ParseOptions,
     except Exception as exc:
         return Failure("INTERNAL_ERROR", f"the rules provider failed ({type(exc).__name__})",
                        traceback.format_exc())
-    return RulesOutcome(document.page_count, result, fields, reading_of(document))
+    return RulesOutcome(document.page_count, result, fields, reading_of(document) if keep_reading else None)
 
 
 def probe() -> str | None:
