@@ -22,7 +22,6 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from daemon.errors import DocexError
 
-KEY_BYTES = 32
 NONCE_BYTES = 12
 # The first byte says how the rest was sealed, so the format can change without a migration.
 VERSION = b"\x01"

@@ -8,10 +8,8 @@
     │   ├── Unauthorized       401
     │   ├── Forbidden          403
     │   ├── NotFound           404
-    │   ├── MethodNotAllowed   405
     │   ├── Conflict           409
     │   ├── PayloadTooLarge    413
-    │   ├── UnsupportedMedia   415
     │   └── TooManyRequests    429 (carries Retry-After)
     ├── DomainError            the caller, told by the domain, not HTTP: the HTTP seam maps it
     │   ├── InvalidTransition  409: the resource's state does not allow the change asked for
@@ -101,20 +99,12 @@ class NotFound(ApiError):
     status = 404
 
 
-class MethodNotAllowed(ApiError):
-    status = 405
-
-
 class Conflict(ApiError):
     status = 409
 
 
 class PayloadTooLarge(ApiError):
     status = 413
-
-
-class UnsupportedMedia(ApiError):
-    status = 415
 
 
 class TooManyRequests(ApiError):

@@ -115,14 +115,10 @@ class Page:
     def relative(self, x0: float, y0: float, x1: float, y1: float) -> list[float]:
         """A box as fractions of the page, rounded for JSON: [x0, y0, x1, y1]."""
         w, h = self.width or 1.0, self.height or 1.0
-        # `_fraction` written out: evidence makes one box per value found.
+        # Each coordinate clamped to [0, 1] and rounded, written out: evidence makes one box per value found.
         a, b, c, d = x0 / w, y0 / h, x1 / w, y1 / h
         return [0.0 if a < 0 else 1.0 if a > 1 else _round4(a), 0.0 if b < 0 else 1.0 if b > 1 else _round4(b),
                 0.0 if c < 0 else 1.0 if c > 1 else _round4(c), 0.0 if d < 0 else 1.0 if d > 1 else _round4(d)]
-
-
-def _fraction(value: float) -> float:
-    return 0.0 if value < 0 else 1.0 if value > 1 else _round4(value)
 
 
 def _round4(value: float) -> float:

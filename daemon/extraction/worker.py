@@ -129,9 +129,3 @@ def _extract_with_rules(path: str, mime_type: str, options: ParseOptions, defini
                        traceback.format_exc())
     return RulesOutcome(document.page_count, result, fields, reading_of(document) if keep_reading else None)
 
-
-def probe() -> str | None:
-    """Tesseract's version as a worker sees it (None when missing)."""
-    from daemon.extraction.parsers.ocr import tesseract_version
-
-    return tesseract_version()

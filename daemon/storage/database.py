@@ -191,8 +191,5 @@ class Database:
             self.jobs_ended.set()
         return result
 
-    async def ping(self) -> None:
-        await self.read(lambda conn: conn.execute(sa.text("SELECT 1")).scalar_one())
-
     def dispose(self) -> None:
         self.engine.dispose()

@@ -10,7 +10,7 @@ import unicodedata
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from daemon.extraction.document import Document, Line, Page, Word
+from daemon.extraction.document import Document, Line, Page
 from daemon.extraction.providers.rules.labels import TOKEN, Token
 from daemon.extraction.providers.rules.values import DateOrder, decimal_hint, fold, numeric_date_orders
 
@@ -189,10 +189,6 @@ def _is_accented_latin(ch: str) -> bool:
 def _unaccented(text: str) -> str:
     """`text` with its accented Latin letters plain, one character per character (offsets hold)."""
     return "".join(unicodedata.normalize("NFD", ch)[0] if _is_accented_latin(ch) else ch for ch in text)
-
-
-def words_box(words: list[Word]) -> tuple[float, float, float, float]:
-    return (min(w.x0 for w in words), min(w.y0 for w in words), max(w.x1 for w in words), max(w.y1 for w in words))
 
 
 def _token_set(folded: str) -> frozenset[str]:
