@@ -67,8 +67,16 @@ _FINGERPRINT_LINES = 8
 # Two documents are of one issuer when they share this many keys, or one registration,
 # tax or telephone number (a number of 6+ digits on a line that names it).
 MIN_SHARED = 2
-# A learned constant is taken when the new header prints this share of its characters.
+# A learned constant is taken when the new header prints this share of its characters,
+# in runs of at least _MIN_RUN (`coverage`).
 MIN_COVERAGE = 0.95
+_MIN_RUN = 3
+# Aligning a value with a text costs up to the product of their lengths: a value longer
+# than MAX_ALIGNED letters and digits counts only where it is printed whole, and only the
+# first MAX_ALIGNED_TEXT of a text are aligned with. A shop's name or address has under
+# 100, the header of a receipt (`header`) about 300.
+MAX_ALIGNED = 200
+MAX_ALIGNED_TEXT = 2_000
 # The share of a generic reading the learned constant may cover and still be the same value.
 SUPERSET_COVERAGE = 0.8
 # Examples of an issuer read at most (the closest first): beyond a handful, more agree
@@ -83,6 +91,14 @@ MAX_PROMPT_EXAMPLES = 3
 MAX_PROMPT_CHARS = 2000
 # A label read with OCR noise still matches one learned at this similarity.
 _LABEL_SIMILARITY = 0.8
+# Comparing two labels by similarity costs up to the product of their lengths, and a
+# document has a comparison per learned spot and value placed after a label word: a label
+# keeps its last words within _MAX_LABEL_CHARS, and a document makes at most
+# MAX_FUZZY_LABELS comparisons (then labels match only exactly). A receipt of the sample
+# stream (`bench/learning.py`) made at most 419; a hostile one with labels of 275
+# characters made 10,000 for one field, in 18 s.
+_MAX_LABEL_CHARS = 48
+MAX_FUZZY_LABELS = 5_000
 
 _NUMBER_LABEL = re.compile(
     r"\b(GST|VAT|SST|TAX|REG|REGN|REGISTRATION|CO|COMPANY|ROC|TIN|ABN|UEN|BRN|SIRET|SIREN|UST|TEL|PHONE|FAX|"
@@ -289,15 +305,59 @@ def _confirmed(kind: str, value: Any) -> Any:
 
 
 def coverage(value: str, lines: Sequence[str]) -> float:
-    """The share of `value`'s letters and digits found, in runs of 3 or more, in `lines`."""
+    """The share of `value`'s letters and digits found in `lines`, in order, in runs of
+    `_MIN_RUN` or more: the longest run the two share, then the same on each side of it
+    (`difflib`'s matching blocks, found by substring search).
+
+    Aligning costs a substring search of the text per character of the value and per run
+    found, so both are bounded (`MAX_ALIGNED`): `difflib` itself took minutes for a value
+    of 1,200 characters of two letters against a header of 4,500, in a job's worker and
+    in a correction's request; this takes at most a few hundredths of a second.
+    """
     wanted = normalised(value)
     if not wanted:
         return 0.0
     text = normalised(" ".join(lines))
-    if wanted in text:  # printed whole, as it mostly is: no need to align
+    if wanted in text:  # printed whole, as it mostly is
         return 1.0
-    blocks = SequenceMatcher(None, wanted, text, autojunk=False).get_matching_blocks()
-    return sum(b.size for b in blocks if b.size >= 3) / len(wanted)
+    if len(wanted) > MAX_ALIGNED:
+        return 0.0
+    text = text[:MAX_ALIGNED_TEXT]
+    found = 0
+    pending = [(0, len(wanted), 0, len(text))]
+    while pending:
+        w_lo, w_hi, t_lo, t_hi = pending.pop()
+        block = _longest_run(wanted, w_lo, w_hi, text, t_lo, t_hi)
+        if block is not None:
+            start, at, size = block
+            found += size
+            pending += [(w_lo, start, t_lo, at), (start + size, w_hi, at + size, t_hi)]
+    return found / len(wanted)
+
+
+def _longest_run(wanted: str, w_lo: int, w_hi: int, text: str, t_lo: int,
+                 t_hi: int) -> tuple[int, int, int] | None:
+    """The longest run of `wanted[w_lo:w_hi]` printed in `text[t_lo:t_hi]`, at least
+    `_MIN_RUN` long, as (its start in `wanted`, its first place in `text`, its length);
+    of equals the first in `wanted`. One search per start, for a run longer than the
+    longest so far, and one per character it grows by."""
+    best: tuple[int, int, int] | None = None
+    size = _MIN_RUN
+    for start in range(w_lo, w_hi - size + 1):
+        if start + size > w_hi:
+            break
+        at = text.find(wanted[start : start + size], t_lo, t_hi)
+        if at < 0:
+            continue
+        grown = size
+        while start + grown < w_hi:
+            further = text.find(wanted[start : start + grown + 1], t_lo, t_hi)
+            if further < 0:
+                break
+            at, grown = further, grown + 1
+        best = (start, at, grown)
+        size = grown + 1
+    return best
 
 
 def _label_before(reading: Sequence[ReadingLine], index: int, start: int) -> tuple[str, str]:
@@ -312,7 +372,10 @@ def _label_before(reading: Sequence[ReadingLine], index: int, start: int) -> tup
 
 
 def _last_words(text: str) -> str:
-    return " ".join(_LETTERS.findall(text.upper())[-_LABEL_WORDS:])
+    words = _LETTERS.findall(text.upper())[-_LABEL_WORDS:]
+    while words and sum(len(word) + 1 for word in words) - 1 > _MAX_LABEL_CHARS:
+        words.pop(0)
+    return " ".join(words)
 
 
 def _template(text: str, found: list[tuple[Any, int, int]], at: int) -> str:
@@ -374,7 +437,7 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
 def _similar(a: str, b: str) -> bool:
     if a == b:
         return True
-    if len(a) < 4:
+    if len(a) < 4 or max(len(a), len(b)) > _MAX_LABEL_CHARS:
         return False
     matcher = SequenceMatcher(None, a, b, autojunk=False)
     return matcher.real_quick_ratio() >= _LABEL_SIMILARITY and matcher.ratio() >= _LABEL_SIMILARITY
@@ -432,13 +495,28 @@ class _UpperText:
         return out
 
 
-def _read_spot(placed: list[_Placed], spot: dict[str, Any]) -> tuple[Any, int, bool] | None:
+class _Comparisons:
+    """The fuzzy label comparisons a document has left (`MAX_FUZZY_LABELS`)."""
+
+    def __init__(self, left: int = MAX_FUZZY_LABELS) -> None:
+        self.left = left
+
+    def similar(self, a: str, b: str) -> bool:
+        if a == b:
+            return True
+        if self.left <= 0:
+            return False
+        self.left -= 1
+        return _similar(a, b)
+
+
+def _read_spot(placed: list[_Placed], spot: dict[str, Any], comparisons: _Comparisons) -> tuple[Any, int, bool] | None:
     """The value after `spot`'s label, the index of its line and whether the line has the
     learned shape (`_template`): of the values whose label matches, one on a line of the
     learned shape first, then the nearest to the learned height."""
     best: tuple[tuple[bool, float], _Placed] | None = None
     for candidate in placed:
-        if candidate.where == spot["where"] and _similar(candidate.label, spot["label"]):
+        if candidate.where == spot["where"] and comparisons.similar(candidate.label, spot["label"]):
             rank = (candidate.template != spot.get("line"), abs(candidate.y - spot["y"]))
             if best is None or rank < best[0]:
                 best = (rank, candidate)
@@ -469,12 +547,14 @@ def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequ
     fields = dict(fields)
     top = header(reading)
     placed = functools.cache(functools.partial(_placed, reading, _UpperText(reading)))
+    comparisons = _Comparisons()
     for pointer, sub in scalar_fields(schema):
         kind = _kind(sub)
         taught = [(m, m.fields[pointer]) for m in examples if isinstance(m.fields.get(pointer), dict)]
         if not taught:
             continue
-        chosen = _constant(top, taught, _get(result, pointer)) or _spots(placed, kind, taught, _get(result, pointer))
+        chosen = (_constant(top, taught, _get(result, pointer))
+                  or _spots(placed, kind, taught, _get(result, pointer), comparisons))
         if chosen is None:
             continue
         value, source, agreeing, sure, line = chosen
@@ -539,7 +619,8 @@ _FAR_LONGER = 10
 
 
 def _spots(placed: Callable[[str, str | None, frozenset[str], frozenset[str]], list[_Placed]], kind: str,
-           taught: list[tuple[Match, dict[str, Any]]], generic: Any) -> tuple[Any, str, int, float, int | None] | None:
+           taught: list[tuple[Match, dict[str, Any]]], generic: Any,
+           comparisons: _Comparisons) -> tuple[Any, str, int, float, int | None] | None:
     """The value most examples choose. An example chooses the value its spots read with
     the most weight, against the generic rules' value at 0.75. Its spots share one vote:
     they all held the value in the example, so where they now disagree the example cannot
@@ -559,7 +640,7 @@ def _spots(placed: Callable[[str, str | None, frozenset[str], frozenset[str]], l
         read: list[tuple[Any, float, int | None]] = [(generic, 0.75, None)] if generic is not None else []
         spots = lesson.get("spots", [])
         for spot in spots:
-            found = _read_spot(placed(kind, lesson.get("shape"), right, below), spot)
+            found = _read_spot(placed(kind, lesson.get("shape"), right, below), spot, comparisons)
             if found is not None:
                 weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6) / len(spots)
                 read.append((found[0], weight, found[1]))

@@ -203,3 +203,64 @@ def test_an_examples_spots_that_now_disagree_leave_the_choice_to_the_rules() -> 
     assert result == {"total": 46.55} and fields["/total"]["text"] == "Total After Adj 46.55"
     # Without the rules' value, the example's first spot reads.
     assert apply(now, schema, [Match("ex1", taught, 3, 1)], {}, {})[0] == {"total": 46.54}
+
+
+def _two_letters(rnd: Any, size: int) -> str:
+    return "".join(rnd.choice("AB") for _ in range(size))
+
+
+def test_a_constant_is_compared_with_a_header_of_two_letters_in_bounded_time() -> None:
+    import random
+    import time
+
+    # Aligning a value with the header (difflib) grew with the product of their lengths
+    # times the runs: 7 s for 1,200 characters of "A" and "B" against a header of 4,500, 376 s
+    # for 4,500, in the job's worker. A value of up to MAX_ALIGNED is aligned in a
+    # substring search per character and run; a longer one counts only printed whole.
+    rnd = random.Random(7)
+    head = [_two_letters(rnd, 300) for _ in range(15)]
+    schema = {"type": "object", "properties": {"shop": {"type": "string"}}}
+    started = time.perf_counter()
+    for size in (learning.MAX_ALIGNED, 1_200, 4_500):
+        value = "".join(ch if i % 3 else "C" for i, ch in enumerate(" ".join(head)[:size]))
+        learning.coverage(value, head)
+    whole = learn([[line, 1, 0.0, i / 20, 1.0, (i + 0.8) / 20] for i, line in enumerate(head)],
+                  {"shop": " ".join(head)}, schema)
+    assert whole["/shop"]["constant"]
+    later = [head[0], head[1], *("".join(ch if i % 3 else "C" for i, ch in enumerate(line)) for line in head[2:])]
+    apply([[line, 1, 0.0, i / 20, 1.0, (i + 0.8) / 20] for i, line in enumerate(later)], schema,
+          [Match(f"ex{i}", whole, 3, 1) for i in range(5)], {}, {})
+    assert time.perf_counter() - started < 2.0
+    # What it measures is what difflib's matching blocks measured: runs of three or more,
+    # in order, the longest first (a stamp's "JAIAN" for "JALAN" costs its letters, not the rest).
+    assert learning.coverage("LOT NO 2 JALAN UTARID", ["WELLMART", "LOT NO. 2 JAIAN UTARID SELANGOR"]) == 16 / 17
+    assert learning.coverage("ABCQDEF", ["XXABCYYDEF"]) == 6 / 7
+    assert learning.coverage("AB", ["AB"]) == 1.0 and learning.coverage("AB", ["XAXB"]) == 0.0
+
+
+def test_label_comparisons_take_bounded_time_whatever_the_labels() -> None:
+    import random
+    import time
+
+    # Each value placed after a label word was compared with each learned spot's label by
+    # similarity: labels of 275 characters of "A" and "B" took 18 s for one field. A label
+    # keeps its last words within 48 characters, and a document makes at most
+    # MAX_FUZZY_LABELS fuzzy comparisons.
+    rnd = random.Random(3)
+    fields = [f"f{i}" for i in range(20)]
+    schema = {"type": "object", "properties": {field: {"type": "number"} for field in fields}}
+    shared = _two_letters(rnd, 6)
+    examples = []
+    for k in range(5):
+        lines = [[" ".join([shared, *(_two_letters(rnd, 45) for _ in range(5))]) + f" {i}2.50", 1, 0.0, i / 40, 1.0,
+                  i / 40 + 0.01] for i in range(len(fields))]
+        lines += [[" ".join([shared, *(_two_letters(rnd, 7) for _ in range(5))]) + f" {i}3.50", 1, 0.0, 0.5 + i / 40,
+                   1.0, 0.5 + i / 40 + 0.01] for i in range(len(fields))]
+        lessons = learn(lines, {field: float(f"{i}2.5") for i, field in enumerate(fields)}, schema)
+        assert all(len(spot["label"]) <= 48 for lesson in lessons.values() for spot in lesson["spots"])
+        examples.append(Match(f"e{k}", lessons, 3, 1))
+    reading = [[" ".join([shared, *(_two_letters(rnd, 7) for _ in range(5))]) + f" {i}.25", 1, 0.0, i / 400, 1.0,
+                i / 400 + 0.001] for i in range(400)]
+    started = time.perf_counter()
+    apply(reading, schema, examples, {}, {})
+    assert time.perf_counter() - started < 5.0
