@@ -30,7 +30,7 @@ from daemon.extraction.pages import (
 )
 from daemon.extraction.pipeline import in_worker, parse_options
 from daemon.http.context import services
-from daemon.http.models import ApiModel
+from daemon.http.models import ApiModel, QueryInt
 from daemon.http.openapi import FileBytes, error_responses
 from daemon.jobs.records import Job
 from daemon.storage.repos import jobs as repo
@@ -45,7 +45,7 @@ _CACHE_CONTROL = "private, max-age=604800"
 
 
 class PageQuery(ApiModel):
-    width: int = Field(default=DEFAULT_WIDTH, ge=100, le=_MAX_WIDTH,
+    width: QueryInt = Field(default=DEFAULT_WIDTH, ge=100, le=_MAX_WIDTH,
                        description="pixels across for a PDF page (the height follows); the picture is "
                                    "narrower when extraction.max_render_pixels requires")
 

@@ -1,11 +1,41 @@
-"""The base of every request and response body the API declares."""
+"""The base of every request and response body the API declares, and the types of
+query-string values that pydantic's own parsing would read too leniently."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import datetime as dt
+import re
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic_core import PydanticCustomError
 
 
 class ApiModel(BaseModel):
     # Built at first use, not at import: building the API's ~55 models costs ~70 ms of a
     # ~1 s start (bench/idle.py, restart), before the first request needs any of them.
     model_config = ConfigDict(defer_build=True)
+
+
+# The errors' types are pydantic's own, so that they read like its others (`validation`).
+
+
+def _digits(value: Any) -> Any:
+    # int() also reads "1_0", "+1" and " 1".
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise PydanticCustomError("int_parsing", "Input should be a whole number written in digits")
+    return value
+
+
+_NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
+
+
+def _iso_datetime(value: Any) -> Any:
+    # pydantic reads a number as seconds since 1970; the API documents ISO 8601.
+    if isinstance(value, str) and _NUMBER.fullmatch(value):
+        raise PydanticCustomError("datetime_parsing", "Input should be an ISO 8601 date-time, not a number")
+    return value
+
+
+QueryInt = Annotated[int, BeforeValidator(_digits)]
+QueryDateTime = Annotated[dt.datetime, BeforeValidator(_iso_datetime)]

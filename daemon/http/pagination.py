@@ -17,12 +17,12 @@ from pydantic import Field, field_validator
 from quart import current_app
 from quart_trio.wrappers.response import TrioResponse as Response
 
-from daemon.http.models import ApiModel
+from daemon.http.models import ApiModel, QueryInt
 from daemon.storage.ids import looks_like_id
 
 
 class PageQuery(ApiModel):
-    limit: int = Field(default=20, ge=1, le=100)
+    limit: QueryInt = Field(default=20, ge=1, le=100)
     cursor: str | None = None
 
     @field_validator("cursor")

@@ -105,3 +105,20 @@ async def test_a_page_of_jobs_with_huge_results_is_encoded_off_the_event_loop(
     r = await client.get("/api/jobs?limit=5", headers=auth)
     body = await r.get_json()
     assert len(body["data"]) == 5 and body["nextCursor"]
+
+
+@pytest.mark.parametrize("query", ["limit=1_0", "limit=%2B1", "limit=%20%201", "limit=1%20", "limit=0x10",
+                                   "createdAfter=-1", "createdAfter=1700000000", "createdBefore=1.7e9",
+                                   "createdBefore=%201700000000.5"])
+async def test_a_list_takes_numbers_and_dates_only_as_documented(client: Any, alice: dict[str, str],
+                                                                 query: str) -> None:
+    # int() read "1_0" as 10 and " 1" as 1; pydantic read a number as seconds since 1970
+    # where the API documents ISO 8601 date-times.
+    body = await error_body(await client.get(f"/api/jobs?{query}", headers=alice), 400)
+    assert query.split("=")[0] in json.dumps(body["message"])
+
+
+async def test_a_list_takes_a_plain_limit_and_iso_dates(client: Any, alice: dict[str, str]) -> None:
+    for query in ("limit=10", "createdAfter=2026-01-31T09:30:00Z", "createdBefore=2026-01-31T09:30:00%2B01:00"):
+        r = await client.get(f"/api/jobs?{query}", headers=alice)
+        assert r.status_code == 200, (query, await r.get_json())
