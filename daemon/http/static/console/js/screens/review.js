@@ -460,8 +460,9 @@ function notReviewable(view, job, params, ctx) {
   const restart = async () => {
     try {
       await api.post(`/api/jobs/${encodeURIComponent(job.id)}/restart`);
-      ctx.notify("Queued again.");
+      // Drawn afresh first: the notice must not stand beside the failure it replaced.
       await render(view, params, ctx);
+      ctx.notify("Queued again.");
     } catch (error) {
       problem.textContent = error.message;
       problem.hidden = false;
