@@ -6,6 +6,7 @@ connections and lets in-flight requests finish within the grace period.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from typing import Any
@@ -25,6 +26,8 @@ from hypercorn.utils import wrap_app
 from daemon.errors import ApiError, StartupError
 from daemon.http.app import create_app
 from daemon.services import Services
+
+log = logging.getLogger(__name__)
 
 
 class KeepAliveTCPServer(TCPServer):
@@ -62,16 +65,56 @@ class KeepAliveTCPServer(TCPServer):
         await super()._read_data()
         await self.idle_task.stop()  # the client is gone: nothing left to time out
 
+    async def run(self) -> None:
+        # An error hypercorn does not expect in one connection ends that connection, not
+        # the daemon: it rose out of the server's nursery into the root one, and one
+        # client's malformed stream stopped the API, the workers and the dispatcher.
+        try:
+            await super().run()
+        except Exception:
+            log.exception("HTTP connection closed after an error in the server", extra={"action": "http.error"})
+
+
+class _RefusedRequest(Exception):
+    """A request answered with an error by the protocol itself, and its connection closed."""
+
 
 class ErrorBodyH11Protocol(H11Protocol):
     """hypercorn's HTTP/1.1 protocol, answering a request it cannot parse in the SPEC §3
     error shape: a header block over ``h11_max_incomplete_size`` (431) or a malformed
     request line or header (400) got a bare status with an empty body, which a client
-    reading every error as JSON could not parse. The app never sees such a request."""
+    reading every error as JSON could not parse. The app never sees such a request.
+
+    It speaks HTTP/1.1 only. hypercorn switches to HTTP/2 on an ``Upgrade: h2c`` or on
+    HTTP/2's preface, and its HTTP/2 stream handling raised on a client's body arriving
+    for a request it had already answered (a 401 or 413 before the upload ended), which
+    stopped the daemon. docex serves small teams directly and larger ones behind a proxy
+    that speaks HTTP/1.1 to it, so an upgrade is ignored (RFC 9110 §7.8 lets a server
+    answer in the protocol it was asked in) and the preface is answered 505.
+    """
+
+    async def handle(self, event: Event) -> None:
+        with contextlib.suppress(_RefusedRequest):
+            await super().handle(event)
+
+    async def _check_protocol(self, event: h11.Request) -> None:
+        if event.method == b"PRI" and event.http_version == b"2.0":
+            await self._refuse(505)
+        # h11 limits only a header block still incomplete after a read: one that arrived
+        # whole in a single read (64 KiB) passed the documented limit.
+        size = len(event.target) + sum(len(name) + len(value) + 4 for name, value in event.headers)
+        if size > self.config.h11_max_incomplete_size:
+            await self._refuse(431)
+
+    async def _refuse(self, status_code: int) -> None:
+        await self._send_error_response(status_code)
+        await self.send(Closed())
+        raise _RefusedRequest
 
     async def _send_error_response(self, status_code: int) -> None:
-        message = (f"Request header fields too large: at most {self.config.h11_max_incomplete_size // 1024} KiB "
-                   "in all" if status_code == 431 else "Malformed HTTP request")
+        message = {431: f"Request header fields too large: at most {self.config.h11_max_incomplete_size // 1024} "
+                        "KiB in all",
+                   505: "HTTP/2 is not served here: send HTTP/1.1"}.get(status_code, "Malformed HTTP request")
         body = json.dumps(ApiError(message, status=status_code).body()).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                    (b"connection", b"close"), *self.config.response_headers("h11")]
@@ -103,6 +146,7 @@ async def run_http(
     hc.errorlog = logging.getLogger("hypercorn.error")  # into our JSON lines
     hc.keep_alive_timeout = float(config.server.keep_alive_timeout_s)
     hc.include_server_header = False
+    hc.alpn_protocols = ["http/1.1"]  # HTTP/1.1 only (`ErrorBodyH11Protocol`)
     app: Any = create_app(services)
     if config.server.trusted_proxy_hops:
         app = ProxyFixMiddleware(app, mode="legacy", trusted_hops=config.server.trusted_proxy_hops)
