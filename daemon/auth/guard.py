@@ -18,7 +18,7 @@ from quart_schema import security_scheme
 from daemon.auth.principal import Credential, Principal, authenticate
 from daemon.auth.ratelimit import LocalLimiter
 from daemon.clock import utcnow
-from daemon.errors import Forbidden, TooManyRequests
+from daemon.errors import Forbidden, TooManyRequests, Unauthorized
 from daemon.services import Services
 from daemon.storage.repos.accounts import Role
 
@@ -74,7 +74,10 @@ def install_guard(app: Quart, services: Services) -> None:
         view: Any = app.view_functions.get(endpoint)
         if getattr(view, _PUBLIC, False):
             return
-        principal = await authenticate(services, request.headers.get("Authorization"), utcnow())
+        credentials = request.headers.getlist("Authorization")
+        if len(credentials) > 1:  # which one would act is a proxy's or a client's guess
+            raise Unauthorized("Send one Authorization header, not several")
+        principal = await authenticate(services, credentials[0] if credentials else None, utcnow())
         g.principal = principal
         retry_after = limiter.hit(principal.rate_key, services.config.rate_limits.authenticated, time.time())
         if retry_after is not None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.errors import JobError
+from daemon.errors import JobError, PermanentJobError
 from daemon.extraction.parsers.base import ParseOptions, corrupted, too_large
 from daemon.extraction.worker import Failure, limit_memory, parse_document
 from daemon.jobs import filetypes
@@ -24,6 +24,29 @@ from daemon.jobs import filetypes
 PICTURED = (filetypes.PDF, filetypes.PNG, filetypes.JPEG, filetypes.TIFF, filetypes.WEBP)
 # Stored as they are: a browser shows them (TIFF it does not, WEBP is converted for one frame).
 SERVED_AS_STORED = (filetypes.PNG, filetypes.JPEG)
+
+
+# Bytes of a stored PNG or JPEG read to find its size: its header and any metadata before it.
+PICTURE_HEAD_BYTES = 256 * 1024
+
+
+def stored_picture_refusal(head: bytes, max_image_pixels: int) -> PermanentJobError | None:
+    """Why a PNG or JPEG served as stored must not be (DOCUMENT_TOO_LARGE: a picture of
+    100,000 × 100,000 pixels in a few KB is a browser tab decoding 40 GB), from its first
+    bytes `head`; None when it may be shown, or when its size cannot be read from them
+    (then the browser finds it as broken as the parser did)."""
+    from PIL import Image
+
+    Image.MAX_IMAGE_PIXELS = None  # bounded below, by extraction.max_image_pixels
+    try:
+        with Image.open(io.BytesIO(head)) as image:  # reads the header, decodes no pixel
+            width, height = image.size
+    except Exception:  # a header cut short or unknown
+        return None
+    if width * height > max_image_pixels:
+        return too_large(f"the image is {width:,}×{height:,} px ({width * height:,} pixels)",
+                         "max_image_pixels", max_image_pixels)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ import re
 import time
 from typing import Any
 
+import trio
 from quart import Response, g, request
 from quart_schema import QuartSchema
 from quart_trio import QuartTrio
@@ -102,6 +103,28 @@ def _skip_schema_conversion_for_plain_json(app: QuartTrio) -> None:
     app.make_response = make_response  # type: ignore[method-assign]
 
 
+async def _body_left_unread(req: DocexRequest) -> bool:
+    """Whether the answer goes out before the request's body has all come (an upload refused
+    413, a 401 or 404 answered before the body was read): hypercorn then closes the
+    connection, which the answer must say, or a keep-alive client sends its next request
+    into a closed socket. A small body is given a moment to arrive: a client whose token
+    expired keeps its connection for the retry."""
+    if req.body.discarded:
+        return True
+    declares_body = (req.content_length or 0) > 0 or "chunked" in req.headers.get("Transfer-Encoding", "").lower()
+    if not declares_body:
+        return False
+    if req.body.arriving and (req.content_length or 0) <= SMALL_BODY_BYTES:
+        with trio.move_on_after(SMALL_BODY_WAIT_S):
+            await req.body.complete()
+    return req.body.arriving
+
+
+# A body this small has normally all come while its request is answered (one read of the socket).
+SMALL_BODY_BYTES = 64 * 1024
+SMALL_BODY_WAIT_S = 0.05
+
+
 def _install_request_context(app: QuartTrio, services: Services) -> None:
     @app.before_request
     async def _start() -> None:
@@ -114,7 +137,7 @@ def _install_request_context(app: QuartTrio, services: Services) -> None:
         request_id = getattr(g, "request_id", None) or os.urandom(16).hex()
         response.headers["X-Request-Id"] = request_id
         response.headers["X-Docex-Version"] = __version__
-        if current_request().body.discarded:
+        if await _body_left_unread(current_request()):
             response.headers["Connection"] = "close"
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())
         route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"

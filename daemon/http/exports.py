@@ -157,6 +157,8 @@ class _Workbook:
         for value in values:
             if isinstance(value, str):
                 value = _xml_text(value)
+            elif isinstance(value, int) and value.bit_length() > _DOUBLE_BITS:
+                value = str(value)  # a number cell is a double: openpyxl raised on a result kept before the limit
             if isinstance(value, str) and value.startswith("="):
                 value = WriteOnlyCell(sheet, value=value)
                 value.data_type = "s"
@@ -176,6 +178,10 @@ class _Workbook:
 
     def save(self, path: str) -> None:
         self.book.save(path)
+
+
+# Integers wider than this are written as text (a double's largest is just under 2**1024).
+_DOUBLE_BITS = 1000
 
 
 def _xml_text(text: str) -> str:

@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import trio
 from pydantic import Field
 from quart import Blueprint, request
 from quart_schema import document_response, tag_blueprint, validate_querystring
@@ -22,11 +23,13 @@ from daemon.auth.guard import current_principal
 from daemon.errors import ApiError, Conflict, NotFound, PermanentJobError
 from daemon.extraction.pages import (
     MAX_TEXT_LINES,
+    PICTURE_HEAD_BYTES,
     PICTURED,
     SERVED_AS_STORED,
     PageImage,
     document_text_json,
     render_page,
+    stored_picture_refusal,
 )
 from daemon.extraction.pipeline import in_worker, parse_options
 from daemon.http.context import services
@@ -118,7 +121,7 @@ async def get_page(job_id: str, number: int, query_args: PageQuery) -> Response:
     if as_stored:
         if number != 1:
             raise NotFound(f"The image has 1 page; there is no page {number}")
-        return await _stored(blob_key, mime, headers)
+        return await _stored(blob_key, mime, headers, services().config.extraction.max_image_pixels)
     config = services().config
     try:
         async with services().blobs.open_local(blob_key) as path:
@@ -132,18 +135,27 @@ async def get_page(job_id: str, number: int, query_args: PageQuery) -> Response:
     return Response(picture.png, content_type="image/png", headers=headers)
 
 
-async def _stored(blob_key: str, mime: str, headers: dict[str, str]) -> Response:
-    """The stored bytes, streamed; 410 when the blob is gone (found before answering)."""
+async def _stored(blob_key: str, mime: str, headers: dict[str, str], max_image_pixels: int) -> Response:
+    """The stored picture, streamed; 410 when the blob is gone and 422 when the picture is
+    larger than extraction.max_image_pixels (both found before answering)."""
     chunks = services().blobs.read(blob_key).__aiter__()
+    head: list[bytes] = []
+    size = 0
     try:
-        first = await chunks.__anext__()
+        while size < PICTURE_HEAD_BYTES:
+            head.append(await chunks.__anext__())
+            size += len(head[-1])
     except FileNotFoundError:
         raise _gone() from None
     except StopAsyncIteration:
-        first = b""
+        pass
+    refusal = await trio.to_thread.run_sync(stored_picture_refusal, b"".join(head), max_image_pixels)
+    if refusal is not None:
+        raise _unshowable(refusal)
 
     async def stream() -> AsyncIterator[bytes]:
-        yield first
+        for chunk in head:
+            yield chunk
         async for chunk in chunks:
             yield chunk
 

@@ -12,7 +12,6 @@ flow control carries the backpressure to the client.
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any, cast
 
@@ -23,9 +22,11 @@ from quart_trio.asgi import TrioASGIHTTPConnection
 from quart_trio.wrappers import TrioRequest
 from quart_trio.wrappers.request import TrioBody
 from werkzeug.datastructures import Headers
-from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.exceptions import MethodNotAllowed, RequestEntityTooLarge
 
+from daemon import jsonvalues
 from daemon.errors import BadRequest, NotFound
+from daemon.jobs.upload import is_multipart
 from daemon.storage.ids import looks_like_id
 
 HIGH_WATER_BYTES = 1024 * 1024
@@ -78,6 +79,15 @@ class LimitedBody(TrioBody):
             self.discard()
         super().append(data)
 
+    @property
+    def arriving(self) -> bool:
+        """Whether more of the body is still to come from the client."""
+        return not self._complete.is_set()
+
+    async def complete(self) -> None:
+        """Return when the whole body has come (or been discarded)."""
+        await self._complete.wait()
+
     def discard(self) -> None:
         """Stop buffering: what is buffered is freed and whatever still arrives is dropped."""
         if self._must_raise is None:
@@ -115,7 +125,7 @@ class DocexRequest(TrioRequest):
                  **kwargs: Any) -> None:
         # Uploads are streamed and their files counted one by one (daemon.jobs.upload);
         # only other bodies get the small JSON limit.
-        multipart = "multipart/form-data" in headers.get("Content-Type", "")
+        multipart = is_multipart(headers.get("Content-Type", ""))
         super().__init__(method, scheme, path, query_string, headers, root_path, http_version, scope,
                          max_content_length=None if multipart else max_content_length, **kwargs)
         if multipart:
@@ -157,12 +167,12 @@ def parse_json_body(raw: bytes) -> Any:
         raise BadRequest(["request body is not valid JSON: it must be UTF-8"]) from None
     too_deep = BadRequest([f"request body is nested deeper than {MAX_JSON_DEPTH} levels"])
     try:
-        value = json.loads(text, parse_float=_finite_float, parse_constant=_not_a_number)
+        value = jsonvalues.loads(text)
     except RecursionError:  # json.loads recurses once per level: past ~1000 it gives up
         raise too_deep from None
-    except _NotFinite:
+    except jsonvalues.NotFinite:
         raise BadRequest(["request body is not valid JSON: it has NaN, Infinity or a number out of range "
-                          "(such as 1e309)"]) from None
+                          "(such as 1e309, or an integer of more than 309 digits)"]) from None
     except ValueError:
         raise BadRequest(["request body is not valid JSON"]) from None
     # Depth cannot exceed the number of opening brackets: most bodies skip the walk.
@@ -176,24 +186,6 @@ def parse_json_body(raw: bytes) -> Any:
         except UnicodeEncodeError:
             raise BadRequest(["request body is not valid JSON: it has an unpaired surrogate escape"]) from None
     return value
-
-
-class _NotFinite(ValueError):
-    """A number JSON cannot carry: NaN, Infinity, or a literal that overflows a double."""
-
-
-# Python's json reads NaN, Infinity and 1e309 (as inf) although RFC 8259 has no such numbers:
-# stored in a result, every later answer, export and webhook body would carry `NaN`, which
-# JSON.parse (the console), PostgreSQL's jsonb and most clients refuse.
-def _finite_float(literal: str) -> float:
-    number = float(literal)
-    if math.isinf(number):
-        raise _NotFinite(literal)
-    return number
-
-
-def _not_a_number(literal: str) -> Any:
-    raise _NotFinite(literal)
 
 
 def nests_deeper(value: Any, limit: int) -> bool:
@@ -224,9 +216,19 @@ def refuse_unusable_requests(app: Quart) -> None:
     async def _refuse() -> None:
         for name, value in (request.view_args or {}).items():
             if name.endswith("_id") and isinstance(value, str) and not looks_like_id(value):
+                if methods := _fixed_route_methods(app, request.path):
+                    raise MethodNotAllowed(valid_methods=methods)
                 raise NotFound(f"{_RESOURCES.get(name, 'Resource')} not found")
         if b"%00" in request.query_string:
             raise BadRequest(["query string must not contain NUL characters (%00)"])
+
+
+def _fixed_route_methods(app: Quart, path: str) -> list[str]:
+    """The methods of a route without parameters that is `path` itself: another method on
+    it ("DELETE /api/jobs/export") matched the route beside it that takes an id there
+    ("/api/jobs/<job_id>"), and is a 405, not a job that was not found."""
+    return sorted({method for rule in app.url_map.iter_rules() if not rule.arguments and rule.rule == path
+                   for method in rule.methods or ()})
 
 
 # What each path parameter names, worded as the handlers' own 404s.

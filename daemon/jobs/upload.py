@@ -69,9 +69,14 @@ class _FileSink:
         await self.writer.write(data)
 
 
+def is_multipart(content_type: str) -> bool:
+    """Whether a Content-Type is multipart/form-data (a media type is case-insensitive)."""
+    return content_type.partition(";")[0].strip().lower() == "multipart/form-data"
+
+
 def boundary_of(content_type: str) -> bytes:
-    match = re.search(r'boundary="?([^";]+)"?', content_type)
-    if not content_type.startswith("multipart/form-data") or not match:
+    match = re.search(r'(?i)boundary="?([^";]+)"?', content_type)
+    if not is_multipart(content_type) or not match:
         raise BadRequest(["request must be multipart/form-data with a boundary"])
     return match.group(1).encode("latin-1")
 

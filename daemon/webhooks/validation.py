@@ -48,6 +48,11 @@ def url_problems(url: str, *, allow_http: bool, allow_private: bool) -> list[str
     if parsed.scheme not in ("http", "https") or not parsed.host or not parsed.is_absolute_url:
         return ["url must be a URL address"]
     problems = []
+    if not _reachable_host(parsed.raw_host.decode("ascii", "replace"), parsed.host):
+        problems.append("url's host must be a host name (labels of letters, digits and hyphens, each at most "
+                        "63 characters) or an IP address")
+    if parsed.port is not None and not 0 < parsed.port < 65536:
+        problems.append("url's port must be from 1 to 65535")
     if parsed.scheme == "http" and not allow_http:
         problems.append("url must use https (plain http is off: webhooks.allow_http)")
     if parsed.userinfo:
@@ -56,6 +61,21 @@ def url_problems(url: str, *, allow_http: bool, allow_private: bool) -> list[str
         problems.append("url must not point to a private, loopback or link-local address "
                         "(webhooks.allow_private_networks is off)")
     return problems
+
+
+def _reachable_host(raw_host: str, host: str) -> bool:
+    """Whether a request can be sent to `host` at all: an IP address, or a DNS name (its
+    IDNA form `raw_host`) of at most 253 characters in labels of at most 63 (a URL with a
+    space or an overlong label in its host was accepted, and its deliveries failed until
+    they died)."""
+    if ssrf.parse_ip(host) is not None:
+        return True
+    name = raw_host[:-1] if raw_host.endswith(".") else raw_host
+    return len(name) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in name.split("."))
+
+
+# A DNS label as hosts name themselves (underscores are found in the wild: "a_b.example.com").
+_HOST_LABEL = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?")
 
 
 def events_problems(events: Sequence[str], mode: str, known_types: Collection[str]) -> list[str]:

@@ -129,3 +129,38 @@ async def test_a_refused_upload_closes_its_connection_instead_of_reading_the_res
                 pass
         assert sent < 64 * 2**20, f"the server read {sent / 2**20:.0f} MiB of a body it had refused"
     await d.stop()
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/api/schemas", b"401"),  # no credentials: answered before the body is read
+    ("/api/nowhere", b"404"),
+    ("/api/health", b"405"),
+])
+async def test_an_answer_before_the_body_has_come_says_it_closes_the_connection(
+        start_daemon, path: str, status: bytes) -> None:
+    """The server closes a connection whose body it answered before reading: the answer must
+    say so, or a keep-alive client sends its next request into a closed socket."""
+    d = start_daemon()
+    await d.wait_http_ready()
+    async with await trio.open_tcp_stream("127.0.0.1", d.port) as stream:
+        await stream.send_all(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                              f"Content-Length: 2000000\r\n\r\n".encode() + b"a" * 1000)
+        received = b""
+        with trio.fail_after(5):
+            while b"\r\n\r\n" not in received:
+                chunk = await stream.receive_some()
+                assert chunk, received
+                received += chunk
+    head = received.partition(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 " + status), head
+    assert b"\r\nconnection: close" in head, head
+    # A request whose body has all come keeps its connection.
+    async with await trio.open_tcp_stream("127.0.0.1", d.port) as stream:
+        await stream.send_all(b"POST /api/health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 2\r\n\r\n{}")
+        received = b""
+        with trio.fail_after(5):
+            while b"\r\n\r\n" not in received or not received.endswith(b"}\n"):
+                received += await stream.receive_some()
+        assert received.startswith(b"HTTP/1.1 405") and b"connection: close" not in received.lower(), received
+        await request_on(stream)
+    await d.stop()

@@ -240,6 +240,15 @@ async def test_openai_server_without_json_schema_falls_back_to_json_mode_and_val
         (Reply(404, {"error": {"message": "The model `test-model` does not exist"}}),
          PermanentJobError, "AI_PROVIDER_ERROR", None),
         (Reply(200, chat("I cannot help with that.")), PermanentJobError, "AI_PROVIDER_ERROR", None),
+        # Numbers no reader of the result could carry (stored, NaN broke every later answer of the job).
+        (Reply(200, chat('{"invoice_number": "INV-7", "total": NaN}')), PermanentJobError, "AI_PROVIDER_ERROR",
+         None),
+        (Reply(200, chat('{"invoice_number": "INV-7", "total": 1' + "0" * 400 + "}")), PermanentJobError,
+         "AI_PROVIDER_ERROR", None),
+        (Reply(200, chat('{"invoice_number": ' + "[" * 100_000 + "]" * 100_000 + "}")), PermanentJobError,
+         "AI_PROVIDER_ERROR", None),
+        (Reply(200, b'{"choices": [{"message": {"content": "{}"}}], "usage": {"prompt_tokens": Infinity}}'),
+         PermanentJobError, "AI_PROVIDER_ERROR", None),
     ],
 )
 async def test_openai_errors_map_to_error_codes(
@@ -340,6 +349,8 @@ async def test_anthropic_tool_use_request_and_result(server: FakeServer, client:
         (Reply(400, {"type": "error", "error": {"type": "invalid_request_error", "message": "bad tool"}}),
          PermanentJobError, "AI_PROVIDER_ERROR", None),
         (Reply(200, {"content": [{"type": "text", "text": "no tool"}], "stop_reason": "end_turn"}),
+         PermanentJobError, "AI_PROVIDER_ERROR", None),
+        (Reply(200, b'{"content": [{"type": "tool_use", "name": "record_extraction", "input": {"total": NaN}}]}'),
          PermanentJobError, "AI_PROVIDER_ERROR", None),
     ],
 )

@@ -15,6 +15,7 @@ thread). Every library error on a file's bytes is translated here into a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -51,8 +52,23 @@ class Parser(Protocol):
 
 
 def corrupted(kind: str, exc: BaseException | str) -> PermanentJobError:
-    detail = exc if isinstance(exc, str) else (str(exc) or type(exc).__name__)
+    """CORRUPTED_FILE, saying why in words fit for the job's owner: a library's message
+    names the file by its path in the blob store (Pillow's "cannot identify image file
+    '/var/lib/docex/blobs/…'"), and a library that trips over bytes it does not expect
+    raises with Python's own words ("'_Element' object has no attribute 'overrides'")."""
+    if isinstance(exc, str):
+        detail = exc
+    elif isinstance(exc, _LIBRARY_SLIPS):
+        detail = "its structure is malformed"
+    else:
+        detail = " ".join(_PATH.sub("", str(exc)).split()) or type(exc).__name__
     return PermanentJobError("CORRUPTED_FILE", f"the file is not a readable {kind}: {detail}")
+
+
+# What a library raises when bytes it reads break its own assumptions, not a format's rule.
+_LIBRARY_SLIPS = (AttributeError, TypeError, LookupError, AssertionError, NameError)
+# An absolute path, quoted or not: at least a folder and a name.
+_PATH = re.compile(r"""(['"]?)(?<![\w.])/(?:[^\s'"/]+/)+[^\s'"]*\1""")
 
 
 def check_pages(count: int, options: ParseOptions) -> None:

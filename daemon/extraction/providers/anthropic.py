@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 
+from daemon import jsonvalues
 from daemon.config import AnthropicConfig
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
@@ -71,8 +72,8 @@ class AnthropicProvider:
         if problem is not None:
             raise problem
         try:
-            data = response.json()
-        except ValueError as exc:
+            data = jsonvalues.loads(response.content)
+        except (ValueError, RecursionError) as exc:  # not JSON, a number beyond a double, nested too deep
             raise PermanentJobError("AI_PROVIDER_ERROR", "anthropic: the answer is not JSON") from exc
         blocks = data.get("content") if isinstance(data, dict) else None
         call = next((b for b in blocks or [] if isinstance(b, dict) and b.get("type") == "tool_use"

@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from daemon import jsonvalues
 from daemon.errors import JobError, PermanentJobError, TransientJobError
 from daemon.extraction.document import Document
 from daemon.extraction.providers.base import ProviderOutput
@@ -167,13 +168,19 @@ def parse_json_answer(text: str) -> dict[str, Any]:
     if fenced:
         cleaned = fenced.group(1).strip()
     try:
-        value = json.loads(cleaned)
-    except json.JSONDecodeError:
-        start, end = cleaned.find("{"), cleaned.rfind("}")
         try:
-            value = json.loads(cleaned[start : end + 1]) if 0 <= start < end else None
+            value = jsonvalues.loads(cleaned)
         except json.JSONDecodeError:
-            value = None
+            start, end = cleaned.find("{"), cleaned.rfind("}")
+            try:
+                value = jsonvalues.loads(cleaned[start : end + 1]) if 0 <= start < end else None
+            except json.JSONDecodeError:
+                value = None
+    except jsonvalues.NotFinite:
+        raise PermanentJobError("AI_PROVIDER_ERROR", "the model's answer has a number JSON cannot carry "
+                                "(NaN, Infinity, or beyond a double)") from None
+    except RecursionError:
+        raise PermanentJobError("AI_PROVIDER_ERROR", "the model's answer is nested too deeply") from None
     if not isinstance(value, dict):
         raise PermanentJobError("AI_PROVIDER_ERROR", "the model's answer is not a JSON object")
     return value

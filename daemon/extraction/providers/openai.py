@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from daemon import jsonvalues
 from daemon.config import OpenAIConfig
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
@@ -116,8 +117,8 @@ class OpenAIProvider:
         if problem is not None:
             raise problem
         try:
-            data = response.json()
-        except ValueError as exc:
+            data = jsonvalues.loads(response.content)
+        except (ValueError, RecursionError) as exc:  # not JSON, a number beyond a double, nested too deep
             raise PermanentJobError("AI_PROVIDER_ERROR", "openai: the answer is not JSON") from exc
         if not isinstance(data, dict):
             raise PermanentJobError("AI_PROVIDER_ERROR", "openai: unexpected answer")

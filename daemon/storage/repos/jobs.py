@@ -104,11 +104,17 @@ MAX_FILE_NAME = 500
 def stored_file_name(name: str | None) -> str | None:
     """A file's name as a job keeps it, whatever brought it (an upload, an inbox, a bucket's
     key): without control characters (a NUL, which PostgreSQL refuses in text; a line
-    break, which no response header may carry), at most `MAX_FILE_NAME` characters; None
-    when nothing is left."""
+    break, which no response header may carry) or bidirectional overrides (U+202E shows
+    "\u202egpj.exe" as "exe.jpg" in the console and a download dialog), at most
+    `MAX_FILE_NAME` characters; None when nothing is left."""
     if name is None:
         return None
-    return "".join(ch for ch in name if unicodedata.category(ch) != "Cc")[:MAX_FILE_NAME] or None
+    return "".join(ch for ch in name if unicodedata.category(ch) != "Cc" and ch not in _BIDI_CONTROLS
+                   )[:MAX_FILE_NAME] or None
+
+
+# Unicode's explicit direction embeddings, overrides and isolates (UAX #9).
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
 
 
 def create_job(

@@ -1,0 +1,57 @@
+"""JSON text read strictly: only numbers every reader of docex's output can carry.
+
+Python's json reads NaN, Infinity, 1e309 (as inf) and integer literals of any length,
+although RFC 8259 has no such numbers and most readers cannot hold them: stored in a
+result, `NaN` made every later answer, export and webhook body unreadable to
+JSON.parse (the console) and PostgreSQL's jsonb, and a 400-digit integer broke the
+XLSX export midway (openpyxl writes numbers as doubles) and reads as Infinity in
+JavaScript. Request bodies (`daemon.http.requests`) and AI providers' answers are read
+here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+# Digits of the longest integer a double can hold (its largest finite value, 1.8e308, has 309).
+_MAX_INT_DIGITS = 309
+
+
+class NotFinite(ValueError):
+    """A number JSON cannot carry: NaN, Infinity, or a literal that overflows a double."""
+
+
+def loads(text: str | bytes) -> Any:
+    """`json.loads`, refusing numbers beyond a double (`NotFinite`).
+
+    Raises:
+        NotFinite: NaN, Infinity, or a number literal beyond a double.
+        ValueError: text that is not JSON (`json.JSONDecodeError`).
+        RecursionError: arrays or objects nested past the interpreter's stack.
+    """
+    return json.loads(text, parse_float=_finite_float, parse_int=_finite_int, parse_constant=_not_a_number)
+
+
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if math.isinf(number):
+        raise NotFinite(literal)
+    return number
+
+
+def _finite_int(literal: str) -> int:
+    # Counted before int() converts it: a literal of millions of digits takes seconds to convert.
+    if len(literal.lstrip("-")) > _MAX_INT_DIGITS:
+        raise NotFinite(literal)
+    number = int(literal)
+    try:
+        float(number)
+    except OverflowError:
+        raise NotFinite(literal) from None
+    return number
+
+
+def _not_a_number(literal: str) -> Any:
+    raise NotFinite(literal)

@@ -1,0 +1,158 @@
+"""What an outsider's attack found at the edges of the API, each answered with a clear 4xx in
+the SPEC §3 shape or made harmless: a wrong method on a fixed route beside an id route,
+two credentials at once, a media type in capitals, webhook URLs no request can reach, a
+picture too large to show, a file name that reverses itself on screen, a number no double
+holds in an old result, and a failure's message naming the blob store's paths.
+Runs on SQLite and, with DOCEX_TEST_DATABASE_URL, PostgreSQL."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+from typing import Any
+
+import openpyxl
+import pytest
+import sqlalchemy as sa
+from jobs_helpers import (
+    completed_job,
+    create_job,
+    error_of,
+    multipart,
+    register,
+    running_workers,
+    wait_for_status,
+)
+from PIL import Image
+from werkzeug.datastructures import Headers
+
+from daemon.services import Services
+from daemon.storage.tables import jobs
+
+
+@pytest.mark.parametrize(("method", "path"), [
+    ("DELETE", "/api/jobs/export"),
+    ("PATCH", "/api/webhooks/event-catalog"),
+    ("DELETE", "/api/webhooks/event-catalog"),
+])
+async def test_a_wrong_method_on_a_fixed_route_beside_an_id_route_is_405(
+        client: Any, alice: dict[str, str], method: str, path: str) -> None:
+    """The id route beside it ("/api/jobs/<job_id>") took the request and answered 404
+    "Job not found"; SPEC §3 says a wrong method is 405."""
+    r = await client.open(path, method=method, headers=alice)
+    body = await error_of(r, 405)
+    assert body["error"] == "Method Not Allowed"
+    assert "GET" in r.headers["Allow"]
+    # An id that cannot exist is still 404, and a real route still answers.
+    await error_of(await client.delete("/api/jobs/not-an-id", headers=alice), 404)
+    assert (await client.get(path, headers=alice)).status_code not in (404, 405)
+
+
+async def test_two_authorization_headers_are_refused(client: Any) -> None:
+    """The first one acted: which one a proxy or a client meant is a guess."""
+    alice = await register(client, "alice@example.com")
+    bob = await register(client, "bob@example.com")
+    headers = Headers()
+    headers.add("Authorization", bob["Authorization"])
+    headers.add("Authorization", alice["Authorization"])
+    body = await error_of(await client.get("/api/auth/me", headers=headers), 401)
+    assert body["message"] == "Send one Authorization header, not several"
+    assert (await client.get("/api/auth/me", headers=alice)).status_code == 200
+
+
+async def test_a_multipart_media_type_in_capitals_is_an_upload(
+        client: Any, alice: dict[str, str], schema_id: str) -> None:
+    """Media types and their parameter names are case-insensitive (RFC 9110 §8.3.1); the
+    boundary itself is not."""
+    body, content_type = multipart([("type", "EXTRACTION"), ("schemaId", schema_id)],
+                                   [("file", "invoice.txt", b"Invoice Number: INV-1\nTotal: 10.00\n")])
+    boundary = content_type["Content-Type"].split("boundary=")[1]
+    r = await client.post("/api/jobs", data=body,
+                          headers={**alice, "Content-Type": f"MULTIPART/FORM-DATA; BOUNDARY={boundary}"})
+    assert r.status_code == 201, await r.get_json()
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("https://example.com:99999/hook", "url's port must be from 1 to 65535"),
+    ("https://example.com:0/hook", "url's port must be from 1 to 65535"),
+    ("https://exa mple.com/hook", "url's host must be a host name"),
+    ("https://" + "a" * 64 + ".example.com/hook", "url's host must be a host name"),
+    ("https://-leading.example.com/hook", "url's host must be a host name"),
+])
+async def test_a_webhook_url_no_request_can_reach_is_400(
+        client: Any, alice: dict[str, str], url: str, problem: str) -> None:
+    """Accepted before, its deliveries failed until they died."""
+    r = await client.post("/api/webhooks", json={"url": url, "events": ["job.*"]}, headers=alice)
+    body = await error_of(r, 400)
+    assert any(message.startswith(problem) for message in body["message"]), body
+    r = await client.post("/api/webhooks", json={"url": "https://hooks.example.com/in", "events": ["job.*"]},
+                          headers=alice)
+    assert r.status_code == 201
+    r = await client.patch(f"/api/webhooks/{(await r.get_json())['id']}", json={"url": url}, headers=alice)
+    await error_of(r, 400)
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    """A PNG whose header says `width` × `height` and whose one row of data is all there is."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"\x00" * 100))
+            + chunk(b"IEND", b""))
+
+
+async def test_a_stored_picture_too_large_to_show_is_422_and_a_small_one_is_served(
+        client: Any, alice: dict[str, str], schema_id: str) -> None:
+    """A PNG of 100,000 × 100,000 pixels is a few hundred bytes: served as stored, the
+    console's browser tab would decode 40 GB."""
+    job = await create_job(client, alice, schema_id, _png_claiming(100_000, 100_000), "bomb.png")
+    body = await error_of(await client.get(f"/api/jobs/{job['id']}/pages/1", headers=alice), 422)
+    assert body["details"]["errorCode"] == "DOCUMENT_TOO_LARGE", body
+    assert "100,000×100,000 px" in body["message"] and "max_image_pixels" in body["message"]
+
+    out = io.BytesIO()
+    Image.new("RGB", (40, 30), "white").save(out, format="PNG")
+    job = await create_job(client, alice, schema_id, out.getvalue(), "scan.png")
+    r = await client.get(f"/api/jobs/{job['id']}/pages/1", headers=alice)
+    assert r.status_code == 200 and await r.get_data() == out.getvalue()
+
+
+async def test_a_file_name_keeps_no_direction_override(client: Any, alice: dict[str, str], schema_id: str) -> None:
+    """U+202E shows "\u202egpj.exe" as "exe.jpg": in the console's list and a download dialog."""
+    job = await create_job(client, alice, schema_id, b"Invoice Number: INV-1\n", "\u202etxt.exe\u2066.txt")
+    assert job["fileName"] == "txt.exe.txt"
+    r = await client.get(f"/api/jobs/{job['id']}/file", headers=alice)
+    assert "\u202e" not in r.headers["Content-Disposition"] and "%E2%80%AE" not in r.headers["Content-Disposition"]
+
+
+async def test_an_old_result_with_an_integer_no_double_holds_still_exports_to_xlsx(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str) -> None:
+    """Kept before such a number was refused, it broke the workbook midway (openpyxl raised
+    OverflowError after the 200 had gone): it is written as text."""
+    job = await completed_job(client, services, alice, schema_id)
+    huge = 10**400
+
+    def keep(conn: sa.Connection) -> None:
+        conn.execute(jobs.update().where(jobs.c.id == job["id"])
+                     .values(result={"invoice_number": "INV-42", "total": huge}))
+
+    await services.db.run(keep)
+    r = await client.get("/api/jobs/export", query_string={"format": "xlsx", "schemaId": schema_id}, headers=alice)
+    assert r.status_code == 200
+    sheet = openpyxl.load_workbook(io.BytesIO(await r.get_data()))["jobs"]
+    header = [cell.value for cell in sheet[1]]
+    row = dict(zip(header, (cell.value for cell in sheet[2]), strict=True))
+    assert row["total"] == str(huge) and row["invoice_number"] == "INV-42"
+
+
+async def test_a_failure_message_names_no_path_of_the_blob_store(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str) -> None:
+    """Pillow's "cannot identify image file '/…/blobs/b1/b1aa…'" went into the job's
+    errorMessage, which its owner and every webhook receiver read."""
+    job = await create_job(client, alice, schema_id, b"\x89PNG\r\n\x1a\n" + b"\x00" * 32, "cut.png")
+    async with running_workers(services, workers=1):
+        done = await wait_for_status(client, alice, job["id"], "COMPLETED", "FAILED")
+    assert done["status"] == "FAILED" and done["errorCode"] == "CORRUPTED_FILE", done
+    assert "/" not in done["errorMessage"] and "blobs" not in done["errorMessage"], done["errorMessage"]
+    assert done["errorMessage"].startswith("the file is not a readable image")
