@@ -125,6 +125,9 @@ SMALL_BODY_BYTES = 64 * 1024
 SMALL_BODY_WAIT_S = 0.05
 
 
+BROWSER_HEADERS = {"X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY"}
+
+
 def _install_request_context(app: QuartTrio, services: Services) -> None:
     @app.before_request
     async def _start() -> None:
@@ -137,6 +140,9 @@ def _install_request_context(app: QuartTrio, services: Services) -> None:
         request_id = getattr(g, "request_id", None) or os.urandom(16).hex()
         response.headers["X-Request-Id"] = request_id
         response.headers["X-Docex-Version"] = __version__
+        # Every answer: a browser neither guesses a type other than the one given (an
+        # uploaded HTML file downloaded as text/html) nor shows any page in a frame.
+        response.headers.update(BROWSER_HEADERS)
         if await _body_left_unread(current_request()):
             response.headers["Connection"] = "close"
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())

@@ -45,8 +45,6 @@ CONTENT_SECURITY_POLICY = "; ".join([
 ])
 CONSOLE_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Frame-Options": "DENY",  # frame-ancestors for browsers that predate it
-    "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
 

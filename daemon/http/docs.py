@@ -83,5 +83,4 @@ async def swagger_ui_asset(version: str, name: str) -> Response:
     response.cache_control.max_age = ONE_YEAR_SECONDS
     response.cache_control.immutable = True
     response.set_etag(f"{SWAGGER_UI_VERSION}-{name}")
-    response.headers["X-Content-Type-Options"] = "nosniff"
     return await response.make_conditional(request)

@@ -192,10 +192,10 @@ def _xml_text(text: str) -> str:
 
 
 def _sheet_name(name: str, index: int) -> str:
-    # Excel: at most 31 characters, none of []:*?/\ ; "jobs" is taken. A control character
-    # would make workbook.xml invalid XML.
-    cleaned = "".join(c for c in _xml_text(name) if c not in "[]:*?/\\")[:28] or "items"
-    return cleaned if cleaned != "jobs" else f"{cleaned}{index + 1}"
+    # Excel: at most 31 characters, none of []:*?/\ , no ' first or last, not "History"
+    # (Excel's own); "jobs" is taken. A control character would make workbook.xml invalid XML.
+    cleaned = "".join(c for c in _xml_text(name) if c not in "[]:*?/\\")[:28].strip("'") or "items"
+    return cleaned if cleaned.lower() not in ("jobs", "history") else f"{cleaned}{index + 1}"
 
 
 async def _xlsx(jobs: AsyncIterator[dict[str, Any]], shape: export.Layout, items: str) -> AsyncIterator[bytes]:

@@ -24,12 +24,12 @@ from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
-from daemon.errors import BadRequest, Forbidden
+from daemon.errors import BadRequest, Conflict, Forbidden
 from daemon.http.context import no_content, services
 from daemon.http.models import ApiModel
 from daemon.http.openapi import NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
-from daemon.inboxes.local import PathRefused, resolve_folder
+from daemon.inboxes.local import PathRefused, one_spelling, resolve_folder, watched_elsewhere
 from daemon.inboxes.models import After, InboxKind, inbox_json
 from daemon.integrations.base import Provider
 from daemon.storage.ids import looks_like_id
@@ -106,14 +106,18 @@ async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After]:
             raise Forbidden("Only an admin may watch a folder on the server")
         if body.integrationId is not None:
             problems.append("integrationId does not apply to a local inbox")
-        where = body.path or ""
+        root = services().config.inboxes.local_root
         try:
-            await trio.to_thread.run_sync(resolve_folder, services().config.inboxes.local_root, where)
+            folder = await trio.to_thread.run_sync(resolve_folder, root, body.path or "")
         except PathRefused as exc:
             problems.append(str(exc))
         if problems:
             raise BadRequest(problems)
-        return None, where, body.after or After.MOVE
+        paths = await services().db.read(repo.local_inbox_paths)
+        if await trio.to_thread.run_sync(watched_elsewhere, root, folder, paths):
+            raise Conflict("An inbox already watches this folder: one inbox a folder, or each file "
+                           "would become a job once per inbox")
+        return None, one_spelling(body.path or ""), body.after or After.MOVE
     if body.after == After.MOVE:
         problems.append("after: move applies to local folders only (remote files are left in place)")
     if body.kind == InboxKind.GOOGLE_DRIVE and body.folderId is None:
@@ -136,7 +140,7 @@ async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After]:
 @blueprint.post("")
 @validate_request(CreateInboxBody)
 @document_response(InboxOut, 201)
-@error_responses(403)
+@error_responses(403, 409)
 async def create_inbox(data: CreateInboxBody) -> tuple[dict[str, Any], int]:
     """Watch a folder: each new file becomes a job, one batch run per sweep (inbox.swept)."""
     integration_id, where, after = await _checked(data)

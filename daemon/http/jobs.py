@@ -506,6 +506,8 @@ async def get_job_file(job_id: str) -> Response:
     response.headers["Content-Disposition"] = (
         f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{urllib.parse.quote(name, safe='')}"
     )
+    # An uploaded HTML or SVG file opened from here runs no script with the daemon's origin.
+    response.headers["Content-Security-Policy"] = "sandbox"
     if job.file_size is not None:
         response.headers["Content-Length"] = str(job.file_size)
     return response

@@ -75,6 +75,24 @@ def resolve_folder(root: str, relative: str) -> Path:
     return Path(folder)
 
 
+def one_spelling(relative: str) -> str:
+    """The path as an inbox keeps it: "scans/./" and "scans//" are "scans"."""
+    return os.path.normpath(relative)
+
+
+def watched_elsewhere(root: str, folder: Path, paths: list[str]) -> bool:
+    """Whether one of the inboxes' `paths` names `folder` (symlinks resolved), blocking:
+    two inboxes on one folder made each file a job twice, and an admin's inbox on another
+    admin's folder copied that admin's documents into their own account."""
+    for path in paths:
+        try:
+            if resolve_folder(root, path) == folder:
+                return True
+        except PathRefused:
+            continue  # a folder gone or moved since: its inbox reports it on its sweep
+    return False
+
+
 @dataclass(frozen=True)
 class Scan:
     candidates: list[Candidate]

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 JOB_COLUMNS = ("jobId", "fileName", "status", "complete", "reviewedAt", "createdAt", "finishedAt", "errorCode")
-# OWASP's list: a cell starting with one of these is read as a formula by spreadsheet programs.
-FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# OWASP's list and a line feed: a cell starting with one of these is read as a formula by spreadsheet programs.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
 ARRAY_SEPARATOR = "; "
 
 

@@ -30,6 +30,9 @@ MAX_URL_LENGTH = 2048
 MAX_HEADER_VALUE_LENGTH = 4096
 # A name is quoted in every message about its header: a 4 MB one made an answer as large.
 MAX_HEADER_NAME_LENGTH = 256
+# ASCII that RFC 3986 has no place for in a URL (httpx would send it percent-encoded, but the
+# endpoint would be listed and shown as given).
+_NOT_IN_URLS = re.compile(r'[\x00-\x20"<>\\^`{|}\x7f]')
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _VALUE = re.compile(r"[\t\x20-\x7e]*")
 # Headers that say how the request is framed or routed: docex sets them, or must not have them.
@@ -41,6 +44,9 @@ _FRAMING = frozenset({
 
 def url_problems(url: str, *, allow_http: bool, allow_private: bool) -> list[str]:
     """Problems with `url` as a webhook target; empty if it is acceptable."""
+    if _NOT_IN_URLS.search(url):
+        return ["url must be a URL address (a space, quote, <, >, \\, ^, `, {, | or } is written "
+                "percent-encoded, as %20 for a space)"]
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, UnicodeError, ValueError):

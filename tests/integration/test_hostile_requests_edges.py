@@ -76,14 +76,21 @@ async def test_a_multipart_media_type_in_capitals_is_an_upload(
 @pytest.mark.parametrize(("url", "problem"), [
     ("https://example.com:99999/hook", "url's port must be from 1 to 65535"),
     ("https://example.com:0/hook", "url's port must be from 1 to 65535"),
-    ("https://exa mple.com/hook", "url's host must be a host name"),
+    ("https://exa mple.com/hook", "url must be a URL address"),
+    ("https://example.com/a b", "url must be a URL address"),
+    ('https://example.com/"onmouseover=x', "url must be a URL address"),
+    ("https://example.com/?a=<img src=x>", "url must be a URL address"),
+    ("https://exa_mple.example.com:8443/hook?a=%20&b=[1]", None),
     ("https://" + "a" * 64 + ".example.com/hook", "url's host must be a host name"),
     ("https://-leading.example.com/hook", "url's host must be a host name"),
 ])
 async def test_a_webhook_url_no_request_can_reach_is_400(
-        client: Any, alice: dict[str, str], url: str, problem: str) -> None:
-    """Accepted before, its deliveries failed until they died."""
+        client: Any, alice: dict[str, str], url: str, problem: str | None) -> None:
+    """Accepted before, its deliveries failed until they died, or it was listed as given."""
     r = await client.post("/api/webhooks", json={"url": url, "events": ["job.*"]}, headers=alice)
+    if problem is None:  # a URL as it should be written still is one
+        assert r.status_code == 201, await r.get_json()
+        return
     body = await error_of(r, 400)
     assert any(message.startswith(problem) for message in body["message"]), body
     r = await client.post("/api/webhooks", json={"url": "https://hooks.example.com/in", "events": ["job.*"]},
@@ -156,3 +163,14 @@ async def test_a_failure_message_names_no_path_of_the_blob_store(
     assert done["status"] == "FAILED" and done["errorCode"] == "CORRUPTED_FILE", done
     assert "/" not in done["errorMessage"] and "blobs" not in done["errorMessage"], done["errorMessage"]
     assert done["errorMessage"].startswith("the file is not a readable image")
+
+
+async def test_every_answer_tells_browsers_not_to_sniff_nor_frame_and_a_download_runs_no_script(
+        client: Any, alice: dict[str, str], schema_id: str) -> None:
+    for path in ("/api/health", "/api/docs", "/api/openapi.json"):
+        r = await client.get(path)
+        assert r.headers["X-Content-Type-Options"] == "nosniff" and r.headers["X-Frame-Options"] == "DENY", path
+    job = await create_job(client, alice, schema_id, b"<html><script>alert(1)</script>Invoice</html>", "evil.html")
+    r = await client.get(f"/api/jobs/{job['id']}/file", headers=alice)
+    assert r.status_code == 200 and r.headers["Content-Security-Policy"] == "sandbox"
+    assert r.headers["X-Content-Type-Options"] == "nosniff"

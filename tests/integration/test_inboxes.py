@@ -36,7 +36,7 @@ from jobs_helpers import (
 from daemon.config import Config
 from daemon.inboxes.sweeper import run_inboxes
 from daemon.services import Services, open_services
-from daemon.storage.tables import inbox_items, job_runs, jobs
+from daemon.storage.tables import inbox_items, job_runs, jobs, users
 
 INBOX_KEYS = {"id", "kind", "schemaId", "integrationId", "path", "prefix", "folderId", "after", "paused",
               "createdAt", "updatedAt", "lastSweptAt", "lastError"}
@@ -110,15 +110,16 @@ def drop(folder: Path, count: int, prefix: str = "invoice", data: bytes = INVOIC
 
 
 async def test_an_admin_watches_a_folder_lists_pauses_and_deletes_it(client: Any, alice: dict[str, str],
-                                                                     schema_id: str) -> None:
+                                                                     schema_id: str, root: Path) -> None:
     inbox = await create_inbox(client, alice, kind="local", schemaId=schema_id, path="scans")
     assert set(inbox) == INBOX_KEYS
     assert inbox | {"id": "", "createdAt": "", "updatedAt": ""} == {
         "id": "", "kind": "local", "schemaId": schema_id, "integrationId": None, "path": "scans", "prefix": None,
         "folderId": None, "after": "move", "paused": False, "createdAt": "", "updatedAt": "", "lastSweptAt": None,
         "lastError": None}
-    kept = await create_inbox(client, alice, kind="local", schemaId=schema_id, path="scans/", after="keep")
-    assert kept["after"] == "keep"
+    (root / "receipts").mkdir()
+    kept = await create_inbox(client, alice, kind="local", schemaId=schema_id, path="receipts/./", after="keep")
+    assert kept["after"] == "keep" and kept["path"] == "receipts"  # one spelling a folder
 
     r = await client.get("/api/inboxes?limit=1", headers=alice)
     first = await r.get_json()
@@ -434,3 +435,25 @@ async def test_a_disabled_account_or_a_demoted_admins_folder_takes_nothing(
         await wait_for_jobs(services, 1)
         await trio.sleep(0.5)
     assert [row.file_name for row in await job_rows(services)] == ["alice-000.txt"]
+
+
+@pytest.mark.parametrize("spelling", ["scans", "scans/", "scans//", "scans/./", "./scans", "alias"])
+async def test_a_folder_already_watched_is_409_whoever_asks(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str, root: Path, spelling: str) -> None:
+    """Two inboxes on one folder made each file a job once per inbox; an admin's inbox on
+    another admin's folder copied that admin's documents into their own account."""
+    (root / "alias").symlink_to(root / "scans")
+    await create_inbox(client, alice, kind="local", schemaId=schema_id, path="scans")
+    r = await client.post("/api/inboxes", json={"kind": "local", "schemaId": schema_id, "path": spelling},
+                          headers=alice)
+    body = await r.get_json()
+    assert r.status_code == 409 and body["message"].startswith("An inbox already watches this folder"), body
+
+    bob = await register(client, "bob@example.com")
+    await services.db.run(lambda conn: conn.execute(
+        users.update().where(users.c.email == "bob@example.com").values(role="ADMIN")))
+    bobs_schema = (await (await client.post("/api/schemas", json={"name": "B", "definition": {
+        "type": "object", "properties": {"n": {"type": "string"}}}}, headers=bob)).get_json())["id"]
+    r = await client.post("/api/inboxes", json={"kind": "local", "schemaId": bobs_schema, "path": spelling},
+                          headers=bob)
+    assert r.status_code == 409, await r.get_json()

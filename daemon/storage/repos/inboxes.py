@@ -42,6 +42,11 @@ def create_inbox(conn: Connection, *, user_id: str, schema_id: str, kind: InboxK
     return _inbox(conn, inbox_id)
 
 
+def local_inbox_paths(conn: Connection) -> list[str]:
+    """The paths of every user's local inboxes (to keep to one inbox a folder)."""
+    return list(conn.execute(sa.select(inboxes.c.path).where(inboxes.c.kind == InboxKind.LOCAL)).scalars())
+
+
 def _inbox(conn: Connection, inbox_id: str) -> Inbox:
     return Inbox.from_row(conn.execute(sa.select(inboxes).where(inboxes.c.id == inbox_id)).one())
 
