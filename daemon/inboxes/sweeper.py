@@ -232,8 +232,9 @@ async def _sweep(services: Services, inbox: Inbox) -> float | None:
     files than one run takes), else None. Failures are recorded on the inbox, never raised."""
     started = time.monotonic()
     try:
+        unmoved = None  # why a file whose job ended could not be moved aside, if one could not
         if inbox.kind == InboxKind.LOCAL:
-            found, again = await _local_found(services, inbox)
+            found, again, unmoved = await _local_found(services, inbox)
         else:
             found, again = await _remote_found(services, inbox)
     except (local.PathRefused, JobError, BlobStoreError, OSError) as exc:
@@ -243,7 +244,10 @@ async def _sweep(services: Services, inbox: Inbox) -> float | None:
                                                                   "inbox_id": inbox.id})
         await services.db.run(repo.mark_swept, inbox.id, utcnow(), error=message)
         return None
-    outcome = await _record(services, inbox, found)
+    if unmoved is not None and unmoved != inbox.last_error:
+        log.warning("cannot move a file aside: %s", unmoved, extra={"action": "inbox.settle_failed",
+                                                                    "inbox_id": inbox.id})
+    outcome = await _record(services, inbox, found, unmoved)
     if outcome.taken:
         log.info("inbox swept", extra={
             "action": "inbox.swept", "inbox_id": inbox.id, "job_run_id": outcome.job_run_id,
@@ -254,10 +258,12 @@ async def _sweep(services: Services, inbox: Inbox) -> float | None:
     return again
 
 
-async def _record(services: Services, inbox: Inbox, found: list[repo.Found]) -> repo.SweepOutcome:
+async def _record(services: Services, inbox: Inbox, found: list[repo.Found],
+                  error: str | None) -> repo.SweepOutcome:
     """`record_sweep`, with the blobs of what it did not take deleted (also if it fails)."""
     try:
-        outcome = await services.db.run(repo.record_sweep, inbox_id=inbox.id, found=found, now=utcnow())
+        outcome = await services.db.run(repo.record_sweep, inbox_id=inbox.id, found=found, now=utcnow(),
+                                        error=error)
     except BaseException:
         with trio.CancelScope(shield=True):
             await _forget(services, found)
@@ -272,11 +278,10 @@ async def _forget(services: Services, found: list[repo.Found]) -> None:
             await services.blobs.delete(item.job.blob_key)
 
 
-async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None]:
+async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None, str | None]:
     config = services.config
     folder = await trio.to_thread.run_sync(local.resolve_folder, config.inboxes.local_root, inbox.path)
-    if inbox.after == After.MOVE:
-        await _settle(services, inbox, folder)
+    unmoved = await _settle(services, inbox, folder) if inbox.after == After.MOVE else None
     scan = await trio.to_thread.run_sync(
         lambda: local.scan(folder, settle_s=config.inboxes.settle_ms / 1000, now=time.time()))
     fresh = await _fresh(services, inbox, scan.candidates)
@@ -298,11 +303,13 @@ async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Foun
         with trio.CancelScope(shield=True):
             await _forget(services, found)
         raise
-    return found, again
+    return found, again, unmoved
 
 
-async def _settle(services: Services, inbox: Inbox, folder: Path | None = None) -> None:
-    """Move the files whose job ended into done/ or failed/ beside them."""
+async def _settle(services: Services, inbox: Inbox, folder: Path | None = None) -> str | None:
+    """Move the files whose job ended into done/ or failed/ beside them; returns why one
+    could not be moved, if one could not (the inbox's lastError says it)."""
+    unmoved = None
     if folder is None:
         folder = await trio.to_thread.run_sync(local.resolve_folder, services.config.inboxes.local_root, inbox.path)
     for item in await services.db.read(repo.unsettled_items, inbox.id):
@@ -313,10 +320,10 @@ async def _settle(services: Services, inbox: Inbox, folder: Path | None = None) 
             # A file that cannot move (done/ is a file or a symlink, permissions) stays where it is
             # and is tried again at the next pass; it must not stop the others, nor the sweep that
             # lists the folder after this (a file called "done" stopped the inbox for good).
-            log.warning("cannot move a file aside: %s", exc, extra={"action": "inbox.settle_failed",
-                                                                    "inbox_id": inbox.id})
+            unmoved = unmoved or f"{item.name} cannot be moved into {subfolder}/: {exc.strerror or exc}"
             continue
         await services.db.run(repo.settle_item, inbox.id, item.identity, utcnow())
+    return unmoved
 
 
 async def _settle_quietly(services: Services, inbox: Inbox) -> None:

@@ -169,7 +169,13 @@ async def test_a_done_symlink_does_not_carry_files_out_of_the_inbox_root(
     async with running_workers(services, workers=1), running(services, run_inboxes):
         await _eventually(lambda: _is(_job_names(services), ["a.txt"]))
         await _nudge(client, auth, inbox)
-        await trio.sleep(1.0)
+
+        async def last_error() -> str | None:
+            return (await (await client.get(f"/api/inboxes/{inbox['id']}", headers=auth)).get_json())["lastError"]
+
+        # The file that stays is said on the inbox, not only in the log at every sweep.
+        error = await _eventually(last_error)
+        assert error.startswith("a.txt cannot be moved into done/"), error
     assert list(outside.iterdir()) == []
     assert (folder / "a.txt").exists()
 

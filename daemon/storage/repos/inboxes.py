@@ -136,9 +136,11 @@ def _insert_identity(conn: Connection, values: dict[str, Any]) -> bool:
     return conn.execute(statement).first() is not None
 
 
-def record_sweep(conn: Connection, *, inbox_id: str, found: list[Found], now: dt.datetime) -> SweepOutcome:
+def record_sweep(conn: Connection, *, inbox_id: str, found: list[Found], now: dt.datetime,
+                 error: str | None = None) -> SweepOutcome:
     """Take the files of `found` no sweep took before: one batch run of jobs for those with
-    a job, a memory of the refused ones, and one inbox.swept event, all or nothing.
+    a job, a memory of the refused ones, and one inbox.swept event, all or nothing; the
+    inbox's lastError becomes `error` (what went wrong beside taking files) or none.
 
     A deleted or paused inbox, or one whose schema was deleted, takes nothing (everything
     is `lost`, so the caller deletes the blobs it copied)."""
@@ -172,7 +174,7 @@ def record_sweep(conn: Connection, *, inbox_id: str, found: list[Found], now: dt
             conn.execute(inbox_items.update().where(
                 inbox_items.c.inbox_id == inbox_id, inbox_items.c.identity == item.candidate.identity,
             ).values(job_id=job.id))
-    mark_swept(conn, inbox_id, now, error=None)
+    mark_swept(conn, inbox_id, now, error=error)
     if taken:
         record_event(conn, user_id=inbox.user_id, type="inbox.swept", now=now, schema_id=inbox.schema_id,
                      job_run_id=run_id, data={
