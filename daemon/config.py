@@ -284,6 +284,28 @@ class Config:
         return self.env == "production"
 
 
+# A configuration file is a few KB: a larger one is not one (a log, a disk image).
+MAX_CONFIG_FILE_BYTES = 1024 * 1024
+
+
+class _NotAConfigFile(Exception):
+    pass
+
+
+def _read_config_file(path: Path) -> str:
+    """The text of a configuration file: a regular file (a FIFO blocked for ever, /dev/zero
+    was read until memory ran out) of at most `MAX_CONFIG_FILE_BYTES`."""
+    if not path.is_file():
+        if path.exists():
+            raise _NotAConfigFile("not a regular file")
+        raise FileNotFoundError(path)
+    with path.open("rb") as fh:
+        data = fh.read(MAX_CONFIG_FILE_BYTES + 1)
+    if len(data) > MAX_CONFIG_FILE_BYTES:
+        raise _NotAConfigFile(f"larger than {MAX_CONFIG_FILE_BYTES // 1024} KiB: not a configuration file")
+    return data.decode("utf-8")
+
+
 # --- parsing of single values -------------------------------------------------
 
 _DURATION_UNITS_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -443,7 +465,9 @@ def load_config(
     environ = {**_credentials(environ, problems), **environ}
     if path is not None:
         try:
-            file_data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            file_data = tomllib.loads(_read_config_file(Path(path)))
+        except _NotAConfigFile as exc:
+            problems.append(f"config file {path}: {exc}")
         except FileNotFoundError:
             problems.append(f"config file {path}: not found")
         except (OSError, UnicodeDecodeError) as exc:

@@ -88,7 +88,7 @@ async def submit(files: list[str], schema_id: str, *, url: str, api_key: str | N
     paths = [Path(name) for name in files]
     for path in paths:
         if not path.is_file():
-            raise UsageError(f"{path}: no such file")
+            raise UsageError(f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
     headers = {"Authorization": f"Bearer {api_key}", "User-Agent": "docex-submit"}
     try:
         client = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=120)
@@ -154,19 +154,24 @@ async def _send(client: httpx.AsyncClient, submission: Submission, schema_id: st
     except OSError as exc:  # unreadable, or gone since it was checked: that file's problem only (was a traceback)
         submission.refused = f"cannot read it: {exc.strerror or exc}"
         return
-    key = f"submit-{hashlib.sha256(data).hexdigest()}-{schema_id}"
+    # The file's name is in it too: the daemon counts it as part of the request, so two files
+    # of the same bytes under two names were one key and the second a 409.
+    name = shown(submission.path.name)
+    key = f"submit-{hashlib.sha256(data).hexdigest()}-{schema_id}-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
     try:
         response = await client.post(
             "/api/jobs", headers={"Idempotency-Key": key},
             data={"type": "EXTRACTION", "schemaId": schema_id},
-            files={"file": (shown(submission.path.name), data)})
+            files={"file": (name, data)})
     except httpx.HTTPError as exc:
         submission.refused = f"upload failed: {exc}"
         return
-    if response.status_code in (200, 201):
-        submission.job = response.json()
-    else:
+    if response.status_code not in (200, 201):
         submission.refused = f"{response.status_code}: {_message(response)}"
+    elif (job := _job_of(response)) is None:
+        submission.refused = f"{client.base_url} did not answer as docex ({response.status_code}): {_message(response)}"
+    else:
+        submission.job = job
 
 
 async def _wait(client: httpx.AsyncClient, submission: Submission, progress: Progress) -> None:
@@ -176,13 +181,33 @@ async def _wait(client: httpx.AsyncClient, submission: Submission, progress: Pro
         await trio.sleep(delay)
         delay = min(POLL_MAX_S, delay * 1.5)
         try:
-            response = await client.get(f"/api/jobs/{submission.job['id']}")
+            response = await client.get(f"/api/jobs/{urllib.parse.quote(submission.job['id'], safe='')}")
         except httpx.HTTPError:
             continue  # the daemon restarting: the job is kept, ask again
-        if response.status_code == 200:
-            submission.job = response.json()
+        if response.status_code >= 500:
+            continue  # likewise
+        job = _job_of(response) if response.status_code == 200 else None
+        if job is None:  # deleted (404), the key revoked (401), not docex: it polled for ever
+            what = "the job was deleted" if response.status_code == 404 else f"{response.status_code}: " \
+                f"{_message(response)}"
+            submission.refused = f"stopped waiting: {what}"
+            print(f"\n{shown(submission.path)}: {submission.refused}" if progress.out else
+                  f"{shown(submission.path)}: {submission.refused}", file=sys.stderr)
+            break
+        submission.job = job
     progress.ended += 1
     progress.draw()
+
+
+def _job_of(response: httpx.Response) -> dict[str, Any] | None:
+    """The job a docex answer holds, or None when it holds none (a proxy's page, cut-off JSON)."""
+    try:
+        job = response.json()
+    except ValueError:
+        return None
+    if isinstance(job, dict) and isinstance(job.get("id"), str) and isinstance(job.get("status"), str):
+        return job
+    return None
 
 
 def shown(path: Path | str) -> str:
@@ -193,10 +218,13 @@ def shown(path: Path | str) -> str:
 
 def _message(response: httpx.Response) -> str:
     try:
-        message = response.json().get("message")
+        body = response.json()
     except ValueError:
         return response.text[:200]
-    return "; ".join(message) if isinstance(message, list) else str(message)
+    message = body.get("message") if isinstance(body, dict) else None
+    if message is None:
+        return response.text[:200]
+    return "; ".join(map(str, message)) if isinstance(message, list) else str(message)
 
 
 def _print(submissions: list[Submission], schema: dict[str, Any], fmt: str, out: TextIO) -> None:

@@ -41,12 +41,10 @@ def detect_type(path: Path) -> str | None:
 def run(file: str, schema_file: str, provider: str | None, config: Config, out: TextIO = sys.stdout) -> int:
     """The whole command; returns the exit code."""
     path = Path(file)
-    if not path.is_file():
-        print(f"docex: {file}: no such file", file=sys.stderr)
-        return EXIT_USAGE
-    if not Path(schema_file).is_file():  # a FIFO or a device would be read until it ends
-        print(f"docex: {schema_file}: no such file", file=sys.stderr)
-        return EXIT_USAGE
+    for given in (path, Path(schema_file)):
+        if not given.is_file():  # a FIFO or a device would be read until it ends
+            print(f"docex: {given}: {'not a regular file' if given.exists() else 'no such file'}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         definition = json.loads(Path(schema_file).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: RecursionError

@@ -115,7 +115,7 @@ def _one_clear_line(run: Any) -> str:
     ("[" * 100_000 + "]" * 100_000, "cannot read the schema"),  # was a RecursionError traceback
     ('{"type": "object", "properties": [1, 2]}', "properties"),  # was INTERNAL_ERROR from the provider
     ('{"type": "object", "properties": {"a": {"type": "nonsense"}}}', "type"),  # was a result of nothing
-    (None, "no such file"),  # a FIFO: was read until a writer closed it, forever
+    (None, "not a regular file"),  # a FIFO: was read until a writer closed it, forever
 ])
 async def test_extract_with_a_hostile_schema_file_says_what_is_wrong(
         run_docex, tmp_path: Path, text: str | None, said: str) -> None:

@@ -96,6 +96,7 @@ async def test_submit_reports_what_is_wrong(start_daemon: Callable[..., Any], ru
         ((good, "--schema", schema_id), {"DOCEX_API_KEY": ""}, "set DOCEX_API_KEY"),
         ((good, "--schema", "01aaaaaaaaaaaaaaaaaaaaaaaa"), {}, "not found"),
         ((str(tmp_path / "absent.pdf"), "--schema", schema_id), {}, "no such file"),
+        ((str(tmp_path), "--schema", schema_id), {}, "not a regular file"),
         ((good, "--schema", schema_id), {"DOCEX_API_KEY": "dx_live_wrong"}, "refused (401)"),
     ]:
         refused = await run_docex("submit", *args, env={**env, **extra_env})

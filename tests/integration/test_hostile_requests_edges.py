@@ -174,3 +174,54 @@ async def test_every_answer_tells_browsers_not_to_sniff_nor_frame_and_a_download
     r = await client.get(f"/api/jobs/{job['id']}/file", headers=alice)
     assert r.status_code == 200 and r.headers["Content-Security-Policy"] == "sandbox"
     assert r.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_concurrent_corrections_are_stamped_in_the_order_they_were_written(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str) -> None:
+    """Each took its time before it queued for the job's row: the one written last could carry
+    an older updatedAt than one before it, so the job's final result was not the newest-stamped
+    answer, and a receiver ordering job.updated by time kept a stale value."""
+    import trio
+
+    job = await completed_job(client, services, alice, schema_id)
+    answers: list[dict[str, Any]] = []
+
+    async def correct(n: int) -> None:
+        r = await client.patch(f"/api/jobs/{job['id']}/result",
+                               json={"result": {"invoice_number": f"V{n}", "total": n}}, headers=alice)
+        assert r.status_code == 200
+        answers.append(await r.get_json())
+
+    async def approve() -> None:
+        r = await client.post(f"/api/jobs/{job['id']}/approve", headers=alice)
+        if r.status_code == 200:
+            answers.append(await r.get_json())
+
+    async with trio.open_nursery() as nursery:
+        for n in range(20):
+            nursery.start_soon(correct, n)
+            if n % 5 == 0:
+                nursery.start_soon(approve)
+    final = await (await client.get(f"/api/jobs/{job['id']}", headers=alice)).get_json()
+    stamps = sorted(answer["updatedAt"] for answer in answers)
+    assert len(set(stamps)) == len(stamps), "two writes carry one time"
+    newest = max(answers, key=lambda answer: answer["updatedAt"])
+    assert final["updatedAt"] == newest["updatedAt"] and final["result"] == newest["result"]
+
+
+async def test_an_upload_repeated_after_its_job_was_deleted_makes_a_new_job(
+        client: Any, alice: dict[str, str], schema_id: str) -> None:
+    """The key replayed a job that no longer was: a 404 for a create, for the key's 24 h, and
+    `docex submit` of that file failed until then."""
+    body, content_type = multipart([("type", "EXTRACTION"), ("schemaId", schema_id)],
+                                   [("file", "invoice.txt", b"Invoice Number: INV-9\n")])
+    headers = {**alice, **content_type, "Idempotency-Key": "upload-invoice-9"}
+    first = await (await client.post("/api/jobs", data=body, headers=headers)).get_json()
+    r = await client.post(f"/api/jobs/{first['id']}/cancel", headers=alice)
+    assert r.status_code == 200
+    assert (await client.delete(f"/api/jobs/{first['id']}", headers=alice)).status_code == 204
+    again = await client.post("/api/jobs", data=body, headers=headers)
+    assert again.status_code == 201, await again.get_json()
+    assert (await again.get_json())["id"] != first["id"]
+    replay = await client.post("/api/jobs", data=body, headers=headers)
+    assert replay.status_code == 200 and (await replay.get_json())["id"] == (await again.get_json())["id"]

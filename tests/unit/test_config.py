@@ -196,3 +196,15 @@ def test_the_inboxes_settings(tmp_path: Path) -> None:
         load_config(environ={"DOCEX_INBOXES_LOCAL_ROOT": "scans", "DOCEX_INBOXES_INTERVAL": "0s"})
     assert bad.value.problems == ["inboxes.interval: must be at least 1s",
                                   "inboxes.local_root: must be an absolute path (got 'scans')"]
+
+
+def test_a_config_path_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path: Path) -> None:
+    """/dev/zero was read until memory ran out, a FIFO waited for a writer for ever."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (2 * 1024 * 1024) + "\n")
+    for path, said in ((fifo, "not a regular file"), (tmp_path, "not a regular file"),
+                       (big, "larger than 1024 KiB"), (tmp_path / "none.toml", "not found")):
+        with pytest.raises(ConfigError, match=said):
+            load_config(str(path), environ={})

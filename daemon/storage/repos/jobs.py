@@ -215,6 +215,14 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
     return [Job.from_row(row) for row in conn.execute(query)]
 
 
+def _after(job: Job, now: dt.datetime) -> dt.datetime:
+    """`now`, or just after the locked `job`'s last change if that is later: corrections and
+    approvals of one job take their time before they queue for its row, so the one that
+    committed last could carry the older updatedAt and job.updated (20 at once: the final
+    result was not the newest-stamped one, and receivers ordering by time kept a stale one)."""
+    return max(now, job.updated_at + dt.timedelta(milliseconds=1))  # the API shows milliseconds
+
+
 def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> Job:
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(updated_at=now, **values))
     return _job(conn, job_id)
@@ -273,6 +281,7 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     InvalidTransition."""
     job = _to_change(conn, job_id, user_id)
     transitions.check_patch_result(job)
+    now = _after(job, now)
     original = job.original_result if job.original_result is not None else job.result
     meta = {**(job.result_meta or {}), **completeness(missing)}
     # An approval vouched for the values it saw; corrected values wait for a person again.
@@ -287,7 +296,9 @@ def approve_job(conn: Connection, job_id: str, owner_id: str | None, reviewer_id
     """Record that `reviewer_id` checked a COMPLETED, complete result (job.updated). The job
     must be `owner_id`'s (None: any user's, for an ADMIN). Approving again moves reviewedAt.
     Raises Missing, InvalidTransition."""
-    transitions.check_approve(_to_change(conn, job_id, owner_id))
+    job = _to_change(conn, job_id, owner_id)
+    transitions.check_approve(job)
+    now = _after(job, now)
     job = _update(conn, job_id, now, reviewed_at=now, reviewed_by=reviewer_id)
     _event(conn, "job.updated", job, now, with_result=True)
     return job
@@ -300,6 +311,11 @@ def delete_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) ->
     job = _to_change(conn, job_id, user_id)
     transitions.check_delete(job)
     conn.execute(jobs.delete().where(jobs.c.id == job_id))
+    # The keys that created it go with it: a repeat of the upload makes a new job, where it
+    # replayed a job that no longer is (404 for a create, for the keys' 24 h).
+    conn.execute(idempotency_keys.delete().where(
+        idempotency_keys.c.user_id == job.user_id, idempotency_keys.c.resource_type == "job",
+        idempotency_keys.c.resource_id == job_id))
     if job.job_run_id:
         conn.execute(job_runs.update().where(job_runs.c.id == job.job_run_id).values(total=job_runs.c.total - 1))
         _settle_run(conn, job.job_run_id, now)
