@@ -271,9 +271,13 @@ async def test_a_cancelled_run_stays_running_until_its_running_job_ends_then_is_
     assert body["finishedAt"] is None
     r = await client.get(f"/api/jobs/{claimed.id}", headers=alice)
     assert (await r.get_json())["status"] == "RUNNING"
-    # Cancelling again meanwhile is allowed and changes nothing.
-    again = await (await client.post(f"/api/job-runs/{run['id']}/cancel", headers=alice)).get_json()
-    assert again["status"] == "RUNNING" and again["counts"] == counts(running=1, cancelled=1)
+    # Cancelling again meanwhile is allowed and changes nothing: no progress event either
+    # (each repeat sent one, past the once-a-second limit).
+    progress_before = (await event_types(services, run_id=run["id"])).count("job_run.progress")
+    for _ in range(3):
+        again = await (await client.post(f"/api/job-runs/{run['id']}/cancel", headers=alice)).get_json()
+        assert again["status"] == "RUNNING" and again["counts"] == counts(running=1, cancelled=1)
+    assert (await event_types(services, run_id=run["id"])).count("job_run.progress") == progress_before
 
     await services.db.run(repo.complete_job, job_id=claimed.id, owner="w", result=INVOICE_RESULT,
                           meta=RESULT_META, page_count=1, now=utcnow())

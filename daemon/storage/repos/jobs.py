@@ -658,7 +658,9 @@ def cancel_run(conn: Connection, user_id: str, run_id: str, now: dt.datetime) ->
                      .values(cancel_requested_at=now, updated_at=now))
     for row in waiting:
         _cancel(conn, Job.from_row(row), now)
-    _settle_run(conn, run_id, now, force_progress=True)
+    # The counts changed: say so now, whatever the once-a-second limit. A cancel that found
+    # nothing left to cancel (a repeat, a concurrent one) changed nothing to say.
+    _settle_run(conn, run_id, now, force_progress=bool(waiting))
     run = _run(conn, run_id)
     assert run is not None
     return run
