@@ -282,5 +282,5 @@ def warn_if_ocr_missing(engine: str) -> bool:
     return present
 
 
-def _ms_since(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 1)
+def _ms_since(started: float) -> int:
+    return round((time.perf_counter() - started) * 1000)  # whole milliseconds, as every durationMs

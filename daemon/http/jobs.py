@@ -132,7 +132,7 @@ class ResultMetaOut(ApiModel):
 
     provider: str = Field(description="rules, openai or anthropic")
     model: str | None = Field(description="the AI model; null for rules")
-    durationMs: float
+    durationMs: int
     fields: dict[str, dict[str, Any]] = Field(
         description="each value's JSON pointer → {confidence 0..1, page, bbox?, text}: where the document says it; "
         "a value read with what corrections taught also has learnedFrom (the learned example's id, "
@@ -299,11 +299,17 @@ async def _create_idempotently(
     `prepare` runs only when the request is not a replay, before `create` (listing a
     remote folder: a replay answers the original run even if the folder changed since)."""
     key = request.headers.get("Idempotency-Key")
-    user_id = current_principal().user_id
+    principal = current_principal()
+    user_id = principal.user_id
     db = services().db
     if key is not None and not 1 <= len(key) <= 255:
         await cleanup()
         raise BadRequest(["Idempotency-Key must be 1 to 255 characters"])
+    if key is not None and principal.api_key_id is not None:
+        # Keys are per principal (SPEC §6), and each API key is one: two integrations of an
+        # account that make keys alike (a file's hash) got a 409 or the other one's job.
+        # A user's sign-ins share the user's keys. Hashed to fit the column.
+        key = f"apikey:{principal.api_key_id}:{hashlib.sha256(key.encode()).hexdigest()}"
 
     async def replay() -> tuple[dict[str, Any], int, dict[str, str]] | None:
         assert key is not None

@@ -225,3 +225,45 @@ async def test_an_upload_repeated_after_its_job_was_deleted_makes_a_new_job(
     assert (await again.get_json())["id"] != first["id"]
     replay = await client.post("/api/jobs", data=body, headers=headers)
     assert replay.status_code == 200 and (await replay.get_json())["id"] == (await again.get_json())["id"]
+
+
+async def test_idempotency_keys_are_per_principal(client: Any, alice: dict[str, str], schema_id: str) -> None:
+    """SPEC §6: two API keys of one account that make keys alike (a file's hash) got a 409,
+    or the other one's job; the user's own sign-ins still share the user's keys."""
+    keys = []
+    for name in ("scanner", "mailroom"):
+        r = await client.post("/api/auth/api-keys", json={"name": name}, headers=alice)
+        keys.append({"Authorization": f"Bearer {(await r.get_json())['apiKey']}"})
+    jobs_made = []
+    for n, auth in enumerate(keys):
+        body, content_type = multipart([("type", "EXTRACTION"), ("schemaId", schema_id)],
+                                       [("file", f"{n}.txt", f"Invoice Number: INV-{n}\n".encode())])
+        r = await client.post("/api/jobs", data=body, headers={**auth, **content_type, "Idempotency-Key": "batch-1"})
+        assert r.status_code == 201, await r.get_json()
+        jobs_made.append((await r.get_json())["id"])
+        replay = await client.post("/api/jobs", data=body,
+                                   headers={**auth, **content_type, "Idempotency-Key": "batch-1"})
+        assert replay.status_code == 200 and (await replay.get_json())["id"] == jobs_made[-1]
+    assert jobs_made[0] != jobs_made[1]
+    # An access token of the same user is another principal than either key.
+    body, content_type = multipart([("type", "EXTRACTION"), ("schemaId", schema_id)],
+                                   [("file", "0.txt", b"Invoice Number: INV-0\n")])
+    r = await client.post("/api/jobs", data=body, headers={**alice, **content_type, "Idempotency-Key": "batch-1"})
+    assert r.status_code == 201 and (await r.get_json())["id"] not in jobs_made
+
+
+async def test_created_after_a_shown_time_leaves_out_the_job_shown_at_it(
+        client: Any, alice: dict[str, str], schema_id: str) -> None:
+    """Times are shown to the millisecond and kept to the microsecond: polling with the newest
+    createdAt seen got that job again every time."""
+    import trio
+
+    first = await create_job(client, alice, schema_id)
+    await trio.sleep(0.005)  # shown apart
+    second = await create_job(client, alice, schema_id)
+    r = await client.get("/api/jobs", query_string={"createdAfter": first["createdAt"]}, headers=alice)
+    assert [job["id"] for job in (await r.get_json())["data"]] == [second["id"]]
+    r = await client.get("/api/jobs", query_string={"createdAfter": second["createdAt"]}, headers=alice)
+    assert (await r.get_json())["data"] == []
+    r = await client.get("/api/jobs", query_string={"createdBefore": second["createdAt"]}, headers=alice)
+    assert [job["id"] for job in (await r.get_json())["data"]] == [first["id"]]

@@ -202,7 +202,12 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
     if where.job_run_id:
         query = query.where(jobs.c.job_run_id == where.job_run_id)
     if where.created_after:
-        query = query.where(jobs.c.created_at > where.created_after)
+        # Times are shown to the millisecond, cut (`daemon.clock.iso`): a job shown at T was
+        # created in [T, T + 1 ms), and "after T" read from a shown T must leave it out
+        # (a client polling with the newest createdAt it saw got that job again every time).
+        after = where.created_after
+        query = query.where(jobs.c.created_at >= after + dt.timedelta(milliseconds=1)
+                            if after.microsecond % 1000 == 0 else jobs.c.created_at > after)
     if where.created_before:
         query = query.where(jobs.c.created_at < where.created_before)
     if where.complete is not None:
