@@ -141,8 +141,7 @@ async def _upload(client: httpx.AsyncClient, submission: Submission, schema_id: 
     async with limiter:
         await _send(client, submission, schema_id)
     if submission.refused:
-        print(f"\n{shown(submission.path)}: {submission.refused}" if progress.out else
-              f"{shown(submission.path)}: {submission.refused}", file=sys.stderr)
+        _say_refused(submission, progress)
     progress.uploaded += 1
     progress.draw()
 
@@ -191,12 +190,16 @@ async def _wait(client: httpx.AsyncClient, submission: Submission, progress: Pro
             what = "the job was deleted" if response.status_code == 404 else f"{response.status_code}: " \
                 f"{_message(response)}"
             submission.refused = f"stopped waiting: {what}"
-            print(f"\n{shown(submission.path)}: {submission.refused}" if progress.out else
-                  f"{shown(submission.path)}: {submission.refused}", file=sys.stderr)
+            _say_refused(submission, progress)
             break
         submission.job = job
     progress.ended += 1
     progress.draw()
+
+
+def _say_refused(submission: Submission, progress: Progress) -> None:
+    """Why a file came to nothing, on stderr (on a line of its own below a progress bar)."""
+    print(f"{chr(10) if progress.out else ''}{shown(submission.path)}: {submission.refused}", file=sys.stderr)
 
 
 def _job_of(response: httpx.Response) -> dict[str, Any] | None:
