@@ -58,6 +58,9 @@ def _assert_box_over(page: Any, bbox: list[float]) -> None:
     expect(box).to_have_count(1)
     image = page.locator(".page-frame", has=box).locator("img")
     expect(image).to_be_visible()
+    # Visible is not loaded: on a busy machine the picture may still be on its way.
+    page.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle(),
+                           timeout=15_000)
     assert image.evaluate("img => img.complete && img.naturalWidth > 0")
     shown, picture = box.bounding_box(), image.bounding_box()
     assert shown is not None and picture is not None
