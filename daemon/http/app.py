@@ -143,6 +143,8 @@ def _install_request_context(app: QuartTrio, services: Services) -> None:
         # Every answer: a browser neither guesses a type other than the one given (an
         # uploaded HTML file downloaded as text/html) nor shows any page in a frame.
         response.headers.update(BROWSER_HEADERS)
+        if response.status_code in (204, 304):  # no body, so no type of one (RFC 9110 §15.3.5, §15.4.5)
+            response.headers.pop("Content-Type", None)
         if await _body_left_unread(current_request()):
             response.headers["Connection"] = "close"
         elapsed = time.perf_counter() - getattr(g, "started", time.perf_counter())

@@ -164,3 +164,16 @@ async def test_an_answer_before_the_body_has_come_says_it_closes_the_connection(
         assert received.startswith(b"HTTP/1.1 405") and b"connection: close" not in received.lower(), received
         await request_on(stream)
     await d.stop()
+
+
+async def test_an_answer_with_no_body_names_no_type_of_one(start_daemon) -> None:
+    """A 204 said `text/html`: a client that reads the type before the status looked for a page."""
+    d = start_daemon()
+    await d.wait_http_ready()
+    async with Api(d.url("")) as api:
+        await api.sign_up()
+        r = await api.client.delete(f"/api/schemas/{await api.create_schema()}", headers=api.headers)
+    assert r.status_code == 204 and r.content == b""
+    assert "content-type" not in r.headers, r.headers
+    assert r.headers["x-content-type-options"] == "nosniff"
+    await d.stop()
