@@ -124,15 +124,17 @@ async def _schema(client: httpx.AsyncClient, schema_id: str) -> dict[str, Any]:
         raise UsageError(f"cannot reach docex at {client.base_url}: {exc}") from exc
     if response.status_code in (401, 403):
         raise UsageError(f"the API key was refused ({response.status_code}): {_message(response)}")
-    if response.status_code == 404:
+    if response.status_code == 404 and _message(response) == "Schema not found":
         raise UsageError(f"schema {schema_id} not found (GET /api/schemas lists yours)")
     try:
         schema = response.json() if response.status_code == 200 else None
     except ValueError:
         schema = None
     if not isinstance(schema, dict):  # a 5xx, or DOCEX_URL is not docex: was a traceback
+        hint = " (DOCEX_URL is docex's root URL, as http://127.0.0.1:8080, without /api)" \
+            if response.status_code == 404 else ""
         raise UsageError(f"{client.base_url} did not answer as docex ({response.status_code}): "
-                         f"{_message(response)}")
+                         f"{_message(response)}{hint}")
     return schema
 
 

@@ -98,6 +98,8 @@ async def test_submit_reports_what_is_wrong(start_daemon: Callable[..., Any], ru
         ((str(tmp_path / "absent.pdf"), "--schema", schema_id), {}, "no such file"),
         ((str(tmp_path), "--schema", schema_id), {}, "not a regular file"),
         ((good, "--schema", schema_id), {"DOCEX_API_KEY": "dx_live_wrong"}, "refused (401)"),
+        # The API's own address given for the daemon's: it said "schema ... not found".
+        ((good, "--schema", schema_id), {"DOCEX_URL": daemon.url("/api")}, "DOCEX_URL is docex's root URL"),
     ]:
         refused = await run_docex("submit", *args, env={**env, **extra_env})
         assert refused.returncode == 2, (args, refused.stderr)
