@@ -347,6 +347,36 @@ def _near(word: str, target: str) -> bool:
     return sum(a != b for a, b in zip(word, target, strict=True)) <= 1
 
 
+# The long words of a trade or a legal form, which a shop's name spells as everyone does:
+# one read with a letter or two wrong ("HARDWAKE", "HARIWARL") is that word. Shorter words
+# are left as read: a letter off makes another word as often as a misreading ("BAKERS").
+_NAME_WORDS = tuple(word for word in (_TRADES + "|enterprise|enterprises|trading|traders|limited|berhad|company|"
+                                      "corporation|incorporated|marketing|distributor|distributors").split("|")
+                    if len(word) >= 7)
+# An underscore between two letters of a name: the space it was printed with.
+_UNDERSCORE_SPACE = re.compile(r"(?<=[A-Za-z])_(?=[A-Za-z])")
+
+
+def _name_word(word: str) -> str:
+    """`word`, or the trade or legal word it is misread from (in its case): one letter
+    wrong in a word of seven letters or more, two in one of eight or more."""
+    if len(word) < 7 or not word.isalpha() or word.lower() in _NAME_WORDS:
+        return word
+    lower = word.lower()
+    for known in _NAME_WORDS:
+        if len(known) == len(word) and sum(a != b for a, b in zip(lower, known, strict=True)) <= (
+                2 if len(word) >= 8 else 1):
+            return known.upper() if word.isupper() else known.capitalize() if word[0].isupper() else known
+    return word
+
+
+def _mended_name_words(text: str) -> str:
+    """A name with its trade and legal words read as printed (`_name_word`), and the spaces
+    OCR read as underscores."""
+    text = _UNDERSCORE_SPACE.sub(" ", text)
+    return re.sub(r"(?<![A-Za-z0-9])[A-Za-z]{7,}(?![A-Za-z0-9])", lambda match: _name_word(match.group()), text)
+
+
 def vendor_candidate(lines: list[HeaderLine]) -> Candidate | None:
     """The issuer's name read from the `header` lines."""
     name = issuer_lines(lines)
@@ -356,7 +386,7 @@ def vendor_candidate(lines: list[HeaderLine]) -> Candidate | None:
     folded = " ".join(r.folded for r in name)
     if _LEGAL.search(folded):
         text = _TRAILING_NUMBER.sub("", text)
-    text = _mended_letters(_spaced_brackets(_repair_suffix(_unglued(text))))
+    text = _mended_name_words(_mended_letters(_spaced_brackets(_repair_suffix(_unglued(text)))))
     suffixes = list(_CORPORATE.finditer(text))
     if suffixes and any(ch.isdigit() for ch in text[suffixes[-1].end() :]):
         text = text[: suffixes[-1].end()]

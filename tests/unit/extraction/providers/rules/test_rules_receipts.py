@@ -107,6 +107,21 @@ def test_a_name_read_without_a_single_space_gets_its_trade_words_back() -> None:
     assert read(scanned("RESTORAN MAJUBISTRO", "NO. 31G, JALAN SETIA 1,"))["company"] == "RESTORAN MAJUBISTRO"
 
 
+def test_a_trade_or_legal_word_misread_in_the_name_is_mended() -> None:
+    for misread, mended in [
+        ("BINTANG HARDWAKE SDN BHD", "BINTANG HARDWARE SDN BHD"),  # one letter in seven or more
+        ("BINTANG HARIWARL ENTERPRISE", "BINTANG HARDWARE ENTERPRISE"),  # two in eight or more
+        ("Bintang Stationary Trsding", "Bintang Stationery Trading"),  # in the case it was read in
+        ("BINTANG_MAJU RESTAUKANT", "BINTANG MAJU RESTAURANT"),  # an underscore for a space
+    ]:
+        assert read(scanned(misread, "NO. 1, JALAN SATU"))["company"] == mended, misread
+    # A word a letter away is left as read when it is shorter than seven letters or in a
+    # number, and two letters away when it is shorter than eight: as often another word.
+    for kept in ("BINTANG BAKERS SDN BHD", "BINTANG KATCHUN SDN BHD", "BINTANG HARDWAKE2 SDN BHD",
+                 "BINTANG 12_MAJU SDN BHD"):
+        assert read(scanned(kept, "NO. 1, JALAN SATU"))["company"] == kept, kept
+
+
 def test_the_spacing_of_sdn_bhd_is_mended() -> None:
     for misread in ("MAJU MAKMUR S DN BHD", "MAJU MAKMUR SDNBHD", "MAJU MAKMUR-SDN BHD"):
         assert read(scanned(misread, "NO. 1, JALAN SATU"))["company"] == "MAJU MAKMUR SDN BHD"
