@@ -107,7 +107,7 @@ _LONG_NUMBER = re.compile(r"\d[\d\- ]{4,}\d")
 # Malaysian and Singaporean company numbers print their check letter: "(1034322-V)".
 _COMPANY_NUMBER = re.compile(r"\b(\d{5,8})-?[A-Z]\b")
 # A price ("3.50", "12,00"): the first line with one ends an issuer's header.
-_PRICE = re.compile(r"\d[.,]\d\d(?!\d)")
+_PRICE = re.compile(r"\d[.,]\d\d(?!\d)(?!\s*[&,/-]\s*\d)")
 # What `normalised`, `_words` and `_skeleton` keep of an upper-cased text.
 _NOT_ALNUM = re.compile(r"[^A-Z0-9]")
 _LETTERS = re.compile(r"[A-Z]+")
@@ -539,7 +539,7 @@ def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequ
     A value from an example carries ``learnedFrom`` (the example's id) and
     ``learnedExamples`` (how many agreed) in its evidence; its confidence is 0.9 for one
     example, 0.95 for two that agree and 0.98 for three or more, times the header's
-    coverage for a constant.
+    coverage for a constant; where the generic rules read the same value, theirs if higher.
     """
     if not examples:
         return result, fields
@@ -558,9 +558,12 @@ def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequ
         if chosen is None:
             continue
         value, source, agreeing, sure, line = chosen
+        confidence = round(_confidence(agreeing) * sure, 3)
+        if pointer in fields and _same(kind, _confirmed(kind, _get(result, pointer)), _confirmed(kind, value)):
+            # The generic rules read the same value: two readings agreeing are no less sure than either.
+            confidence = max(confidence, fields[pointer].get("confidence", 0.0))
         _set(result, pointer, _json_value(kind, sub, value))
-        evidence: dict[str, Any] = {"confidence": round(_confidence(agreeing) * sure, 3), "learnedFrom": source,
-                                    "learnedExamples": agreeing}
+        evidence: dict[str, Any] = {"confidence": confidence, "learnedFrom": source, "learnedExamples": agreeing}
         if line is not None:
             text, page, x0, y0, x1, y1 = reading[line][:6]
             evidence.update(page=page, bbox=[x0, y0, x1, y1], text=text)

@@ -79,6 +79,31 @@ def test_the_next_document_of_the_issuer_is_read_with_what_was_learned() -> None
     assert surer["/receipt_number"]["learnedExamples"] == 2
 
 
+def test_a_value_the_generic_rules_read_too_keeps_their_confidence_when_it_is_higher() -> None:
+    """One example alone says 0.9: a total the rules were sure of (0.99) fell to 0.9 once
+    a person had confirmed it."""
+    reading = receipt(MUELLER, "5823-B", "12.30", day="09.04.2025")
+    rules = {"total": 12.3, "date": "2025-04-09", "receipt_number": "5823"}
+    evidence = {"/total": {"confidence": 0.99}, "/date": {"confidence": 0.97}, "/receipt_number": {"confidence": 0.99}}
+    _, fields = apply(reading, SCHEMA, [example()], rules, evidence)
+    assert fields["/total"]["confidence"] == 0.99 and fields["/total"]["learnedFrom"] == "ex1"
+    assert fields["/date"]["confidence"] == 0.97
+    assert fields["/receipt_number"]["confidence"] == 0.9  # another value than the rules': the example's own
+
+
+def test_house_numbers_in_the_address_do_not_end_the_header() -> None:
+    """"NO.55 55,57 & 59" read as a price ("5,57") ended the header above the address, so a
+    corrected address was not learned at all."""
+    head = ["BOOK TAK (TAMAN DAYA) SDN BHD", "789417-W", "NO.53 55,57 & 59, JALAN SAGU 18,", "81100 JOHOR BAHRU"]
+    reading = receipt(head, "4711", "7.70")
+    assert learning.header(reading)[:4] == head
+    schema = {"type": "object", "properties": {"address": {"type": "string"}}}
+    corrected = {"address": "NO.53 55,57 & 59, JALAN SAGU 18, 81100 JOHOR BAHRU"}
+    assert learn(reading, corrected, schema)["/address"]["constant"] is True
+    # A sale's line still ends it.
+    assert "Kaffee 3.50" not in learning.header(reading)
+
+
 def test_a_constant_the_new_header_does_not_print_is_not_taken() -> None:
     branch = receipt(["KAFFEEHAUS MUELLER GMBH", "Filiale Hamburg, Jungfernstieg 1", "USt-IdNr DE123456789"],
                      "5823-B", "12.30")
