@@ -560,6 +560,23 @@ def _setting_env_names() -> set[str]:
     return names
 
 
+# The vendors' own services, which refuse every request without a key. A compatible
+# server elsewhere (a model run locally) may need none.
+_VENDOR_URLS = {"openai": "https://api.openai.com/", "anthropic": "https://api.anthropic.com/"}
+
+
+def missing_key(name: str, config: Config) -> str | None:
+    """Why provider `name` cannot be asked: its vendor's service is configured with no key.
+    Without this the document went out with no key, to a 401 (or to a DNS failure offline),
+    three attempts later."""
+    section = getattr(config, name, None) if name in _VENDOR_URLS else None
+    if section is None or section.api_key is not None:
+        return None
+    if not (section.base_url.rstrip("/") + "/").lower().startswith(_VENDOR_URLS[name]):
+        return None
+    return f"{name}.api_key is not set (DOCEX_{name.upper()}_API_KEY, or api_key in the config file's [{name}])"
+
+
 def _validate(c: Config) -> list[str]:
     p: list[str] = []
 
@@ -616,6 +633,8 @@ def _validate(c: Config) -> list[str]:
           "JWT_ACCESS_SECRET: must be at least 32 characters")
     check(c.extraction.provider in PROVIDERS,
           f"extraction.provider: must be rules, openai or anthropic (got {c.extraction.provider!r})")
+    problem = missing_key(c.extraction.provider, c)
+    check(problem is None, f"extraction.provider = {c.extraction.provider!r}: {problem}")
     check(c.extraction.ocr_engine in OCR_ENGINES,
           f"extraction.ocr_engine: must be rapidocr or tesseract (got {c.extraction.ocr_engine!r})")
     check(1 <= c.extraction.ocr_concurrency <= 256, "extraction.ocr_concurrency: must be 1-256")

@@ -34,7 +34,7 @@ import httpx
 import trio
 import trio_parallel
 
-from daemon.config import PROVIDERS, Config
+from daemon.config import PROVIDERS, Config, missing_key
 from daemon.errors import PermanentJobError
 from daemon.extraction import learning
 from daemon.extraction.document import Document
@@ -207,6 +207,10 @@ async def _judged(definition: dict[str, Any], extraction: Extraction) -> Extract
 
 
 def make_provider(name: str, config: Config) -> AIProvider:
+    """Raises: PermanentJobError AI_PROVIDER_ERROR for a provider docex does not know, or
+    whose vendor's own service is asked without a key (`missing_key`)."""
+    if (problem := missing_key(name, config)) is not None:
+        raise PermanentJobError("AI_PROVIDER_ERROR", problem)
     if name == "openai":
         from daemon.extraction.providers.openai import OpenAIProvider
 

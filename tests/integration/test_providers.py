@@ -425,6 +425,25 @@ async def test_an_unknown_provider_is_refused(tmp_path: Path) -> None:
     assert caught.value.code == "AI_PROVIDER_ERROR"
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_the_vendors_service_without_a_key_is_a_clear_permanent_failure(
+        server: FakeServer, tmp_path: Path, provider: str) -> None:
+    """The document went out with no key, to a 401 (a DNS failure offline) after three
+    attempts; a compatible server elsewhere (a local model) may need none."""
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    with pytest.raises(PermanentJobError) as caught:
+        await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": provider}, load_config(environ={}))
+    assert caught.value.code == "AI_PROVIDER_ERROR"
+    assert str(caught.value) == (f"{provider}.api_key is not set (DOCEX_{provider.upper()}_API_KEY, "
+                                 f"or api_key in the config file's [{provider}])")
+    keyless = config_for(server)
+    keyless = dataclasses.replace(keyless, **{provider: dataclasses.replace(getattr(keyless, provider), api_key=None)})
+    server.replies.append(Reply(body=chat(json.dumps(ANSWER)) if provider == "openai" else tool_use(ANSWER)))
+    extraction = await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": provider}, keyless)
+    assert extraction.result == ANSWER
+
+
 # --- incomplete and invalid answers (SPEC §7) --------------------------------------------------
 
 NESTED: dict[str, Any] = {

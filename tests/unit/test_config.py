@@ -122,6 +122,19 @@ def test_broken_toml_is_one_clear_problem(tmp_path: Path) -> None:
     assert len(info.value.problems) == 1 and "invalid TOML" in info.value.problems[0]
 
 
+def test_an_ai_provider_by_default_needs_its_vendors_key_unless_it_is_served_elsewhere() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(environ={"DOCEX_EXTRACTION_PROVIDER": "openai"})
+    assert info.value.problems == ["extraction.provider = 'openai': openai.api_key is not set "
+                                   "(DOCEX_OPENAI_API_KEY, or api_key in the config file's [openai])"]
+    # The usual name of another tool's setting is not docex's.
+    with pytest.raises(ConfigError):
+        load_config(environ={"DOCEX_EXTRACTION_PROVIDER": "anthropic", "ANTHROPIC_API_KEY": "sk-x"})
+    assert load_config(environ={"DOCEX_EXTRACTION_PROVIDER": "anthropic", "DOCEX_ANTHROPIC_API_KEY": "sk-x"})
+    assert load_config(environ={"DOCEX_EXTRACTION_PROVIDER": "openai",
+                                "DOCEX_OPENAI_BASE_URL": "http://127.0.0.1:11434/v1"})  # a local model
+
+
 def test_production_requires_both_secrets_and_names_them() -> None:
     with pytest.raises(ConfigError) as info:
         load_config(environ={"DOCEX_ENV": "production"})
