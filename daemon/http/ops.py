@@ -18,6 +18,7 @@ from daemon.http.openapi import PlainText
 from daemon.jobs.models import JobStatus
 from daemon.services import Services
 from daemon.storage.migrate import is_current
+from daemon.storage.repos import accounts as accounts_repo
 from daemon.storage.repos import jobs as jobs_repo
 
 log = logging.getLogger(__name__)
@@ -61,12 +62,14 @@ class Settings(ApiModel):
 @tag(["operations"])
 @document_response(Settings)
 async def settings() -> dict[str, Any]:
-    """What a client shows or checks before it calls: whether anyone may register (`open`; when
-    `closed`, only the first account), the largest upload in bytes, and the confidence under
-    which a value needs a person (`GET /api/jobs?review=pending`)."""
+    """What a client shows or checks before it calls: whether a registration would be taken
+    now (`open`: `auth.registration` is open, or no account exists yet, whose first becomes
+    the admin; else `closed`), the largest upload in bytes, and the confidence under which a
+    value needs a person (`GET /api/jobs?review=pending`)."""
     config = services().config
+    taken = config.auth.registration == "open" or not await services().db.read(accounts_repo.has_users)
     return {
-        "registration": config.auth.registration,
+        "registration": "open" if taken else "closed",
         "maxFileSize": config.jobs.max_file_size_bytes,
         "review": {"confidenceThreshold": config.review.confidence_threshold},
     }

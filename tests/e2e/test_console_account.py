@@ -136,3 +136,24 @@ def test_api_keys_sessions_and_administration(start_daemon: Callable[..., Any]) 
         assert httpx.get(url("/api/auth/me"), headers=ann).status_code == 401
         console.goto("#/account")
         page.get_by_role("heading", name="Sign in to docex").wait_for()
+
+
+def test_a_closed_registration_offers_no_form_once_the_first_account_exists(start_daemon: Callable[..., Any]) -> None:
+    """The sign-in screen offered "Create an account" and the form failed only once sent."""
+    with open_console(start_daemon, env={"DOCEX_AUTH_REGISTRATION": "closed"}) as console:
+        page = console.page
+        assert httpx.get(console.daemon.url("/api/settings")).json()["registration"] == "open"
+        console.register("Ann Admin", "ann@example.com")  # the first account: the admin
+        assert httpx.get(console.daemon.url("/api/settings")).json()["registration"] == "closed"
+
+        other, page = console.new_context()
+        page.goto(console.url("#/signin"))
+        page.get_by_role("button", name="Sign in").wait_for()
+        expect(page.get_by_text("Registration is closed")).to_be_visible()
+        expect(page.get_by_role("link", name="Create an account")).to_have_count(0)
+        page.goto(console.url("#/register"))
+        expect(page.get_by_text("an administrator creates accounts")).to_be_visible()
+        expect(page.get_by_role("button", name="Register")).to_have_count(0)
+        page.get_by_role("link", name="Sign in").click()
+        page.get_by_role("button", name="Sign in").wait_for()
+        other.close()

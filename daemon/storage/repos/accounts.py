@@ -34,6 +34,11 @@ class Role(StrEnum):
 
 # --- users ---------------------------------------------------------------------------
 
+def has_users(conn: Connection) -> bool:
+    """Whether any account exists: until one does, anyone may register (as the admin)."""
+    return conn.execute(sa.select(users.c.id).limit(1)).first() is not None
+
+
 def create_user(conn: Connection, *, email: str, name: str, password_hash: str, now: dt.datetime,
                 registration_open: bool = True, role: Role | None = None) -> Row[Any]:
     """Create an account; the first account ever is ADMIN unless `role` says otherwise.
@@ -43,7 +48,7 @@ def create_user(conn: Connection, *, email: str, name: str, password_hash: str, 
         Conflict: the e-mail is taken (in any spelling of it: `email_key`).
     """
     serialize(conn, "docex.register")  # exactly one "first account" becomes ADMIN
-    any_user = conn.execute(sa.select(users.c.id).limit(1)).first() is not None
+    any_user = has_users(conn)
     if any_user and not registration_open:
         raise Forbidden("Registration is closed")
     key = email_key(email)

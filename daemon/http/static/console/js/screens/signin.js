@@ -1,11 +1,23 @@
 // Sign in, and register (the first account becomes the admin; later ones only while
-// `auth.registration` is "open": the API answers 403 otherwise and we show its message).
+// `auth.registration` is "open"). /api/settings says whether a registration would be
+// taken now; when it would not, neither the link nor the form is offered.
 
 import * as api from "../api.js";
 import { field, fill, h } from "../dom.js";
 
+const CLOSED = "Registration is closed: an administrator creates accounts (Admin, or `docex users create`).";
+
 export async function render(view, params, ctx) {
+  const settings = await api.get("/api/settings");
+  const open = settings.registration === "open";
   const registering = ctx.pattern === "/register";
+  if (registering && !open) {
+    fill(view, h("section", { class: "card narrow" },
+      h("h1", {}, "Create an account"),
+      h("p", {}, CLOSED),
+      h("p", { class: "muted" }, ["Have an account? ", h("a", { href: "#/signin" }, "Sign in")])));
+    return;
+  }
   const name = h("input", { type: "text", name: "name", autocomplete: "name", required: true, maxlength: 100 });
   const email = h("input", { type: "email", name: "email", autocomplete: "username", required: true });
   const password = h("input", {
@@ -43,7 +55,7 @@ export async function render(view, params, ctx) {
       h("div", { class: "actions" }, submit)),
     h("p", { class: "muted" }, registering
       ? ["Have an account? ", h("a", { href: "#/signin" }, "Sign in")]
-      : ["New here? ", h("a", { href: "#/register" }, "Create an account"),
-        " (the first account administers docex)."])));
+      : open ? ["New here? ", h("a", { href: "#/register" }, "Create an account"),
+        " (the first account administers docex)."] : CLOSED)));
   (registering ? name : email).focus();
 }
