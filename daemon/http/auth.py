@@ -18,7 +18,7 @@ from daemon.auth.passwords import MAX_PASSWORD_BYTES
 from daemon.clock import iso, utcnow
 from daemon.errors import BadRequest, Forbidden, NotFound
 from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_content, services
-from daemon.http.models import ApiModel
+from daemon.http.models import ApiModel, IsoDateTime
 from daemon.http.openapi import ACCESS_TOKEN, NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.http.validation import in_utc
@@ -115,7 +115,7 @@ class SessionPage(ApiModel):
 class CreateApiKeyBody(ApiModel):
     name: str = Field(min_length=1, max_length=100)
     role: Role | None = None
-    expiresAt: dt.datetime | None = None
+    expiresAt: IsoDateTime | None = None
 
     @field_validator("expiresAt")
     @classmethod

@@ -26,7 +26,7 @@ from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
 from daemon.extraction import learning
 from daemon.extraction.pipeline import schema_of
 from daemon.http.context import no_content, services
-from daemon.http.models import ApiModel, QueryDateTime
+from daemon.http.models import ApiModel, IsoDateTime
 from daemon.http.openapi import FileBytes, NoContent, error_responses, request_bodies
 from daemon.http.pagination import PageQuery, encoded, page
 from daemon.http.requests import current_request
@@ -59,8 +59,8 @@ class JobQuery(PageQuery):
     status: JobStatus | None = None
     schemaId: str | None = None
     jobRunId: str | None = None
-    createdAfter: QueryDateTime | None = None
-    createdBefore: QueryDateTime | None = None
+    createdAfter: IsoDateTime | None = None
+    createdBefore: IsoDateTime | None = None
     complete: bool | None = Field(
         default=None, description="true: COMPLETED jobs whose result has every required value; false: COMPLETED "
         "jobs whose result lacks some (resultMeta.complete false), for a person to finish")

@@ -1,5 +1,5 @@
 """The base of every request and response body the API declares, and the types of
-query-string values that pydantic's own parsing would read too leniently."""
+values that pydantic's own parsing would read too leniently."""
 
 from __future__ import annotations
 
@@ -31,11 +31,13 @@ _NUMBER = re.compile(r"\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*")
 
 
 def _iso_datetime(value: Any) -> Any:
-    # pydantic reads a number as seconds since 1970; the API documents ISO 8601.
-    if isinstance(value, str) and _NUMBER.fullmatch(value):
+    # pydantic reads a number, or a string of one, as seconds since 1970 (or milliseconds,
+    # past 2e10: 1e11 was 1973); the API documents ISO 8601.
+    if (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+            isinstance(value, str) and _NUMBER.fullmatch(value)):
         raise PydanticCustomError("datetime_parsing", "Input should be an ISO 8601 date-time, not a number")
     return value
 
 
 QueryInt = Annotated[int, BeforeValidator(_digits)]
-QueryDateTime = Annotated[dt.datetime, BeforeValidator(_iso_datetime)]
+IsoDateTime = Annotated[dt.datetime, BeforeValidator(_iso_datetime)]

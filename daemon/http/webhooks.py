@@ -22,7 +22,7 @@ from daemon.config import WebhooksConfig
 from daemon.errors import BadRequest
 from daemon.events import CATALOG
 from daemon.http.context import no_content, services
-from daemon.http.models import ApiModel
+from daemon.http.models import ApiModel, IsoDateTime
 from daemon.http.openapi import NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
 from daemon.http.validation import in_utc
@@ -103,7 +103,7 @@ class SendBody(ApiModel):
 class RecoverBody(ApiModel):
     model_config = ConfigDict(extra="forbid")
 
-    since: dt.datetime = Field(description="replay the DEAD deliveries created at or after this time "
+    since: IsoDateTime = Field(description="replay the DEAD deliveries created at or after this time "
                                            "(ISO 8601; without a zone, UTC)")
 
     @field_validator("since")

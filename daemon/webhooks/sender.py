@@ -119,6 +119,9 @@ async def send(
             extensions: dict[str, object] = {}
             sent = {k: v for k, v in headers.items() if k.lower() != "host"}
             sent["Host"] = target.netloc.decode("ascii")
+            # What a receiver answers is kept only to show it: never worth unpacking (a
+            # 64 KiB gzip answer is 64 MB unpacked, on the loop that serves the API).
+            sent["Accept-Encoding"] = "identity"
             if target.scheme == "https":
                 extensions["sni_hostname"] = host
                 sent["Connection"] = "close"
@@ -148,7 +151,7 @@ async def send(
         except httpx.TimeoutException:
             error = f"timed out after {elapsed_ms()} ms (WEBHOOK_TIMEOUT_MS is {round(timeout_s * 1000)})"
         except httpx.ConnectError as exc:
-            error = f"connection failed: {exc or type(exc).__name__}"
+            error = f"connection failed: {str(exc) or type(exc).__name__}"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
@@ -166,9 +169,12 @@ async def send(
 
 async def _read_some(response: httpx.Response) -> str:
     """The start of the answer, cut to RESPONSE_BODY_MAX_BYTES (read at most _READ_LIMIT_BYTES),
-    a NUL shown as U+FFFD."""
+    a NUL shown as U+FFFD; an answer compressed all the same (we ask for none) is not unpacked."""
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding not in ("", "identity"):
+        return f"({encoding[:40]}-encoded answer, not unpacked)"
     data = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in response.aiter_bytes():  # not encoded: checked above
         data += chunk
         if len(data) >= _READ_LIMIT_BYTES:
             break

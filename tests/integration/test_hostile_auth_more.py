@@ -52,6 +52,20 @@ async def test_a_recovery_since_a_time_with_no_utc_datetime_is_400(client: Any, 
     assert body["message"] == ["since must be a date between 0001-01-01 and 9999-12-31 in UTC"]
 
 
+@pytest.mark.parametrize("when", [1700000000, 1e11, "1700000000", 1.5])
+async def test_a_time_written_as_a_number_is_400_not_a_guess_at_its_unit(client: Any, when: object) -> None:
+    """pydantic read a number as Unix seconds, or as milliseconds past 2e10 (1e11 was 1973):
+    the API documents ISO 8601 for `since` and `expiresAt`."""
+    auth = bearer((await register(client))["accessToken"])
+    r = await client.post("/api/webhooks", json={"url": "https://hooks.example.com/docex", "events": ["job.*"]},
+                          headers=auth)
+    endpoint = await r.get_json()
+    r = await client.post(f"/api/webhooks/{endpoint['id']}/recover", json={"since": when}, headers=auth)
+    assert (await error_body(r, 400))["message"] == ["since must be a valid ISO 8601 date string"]
+    r = await client.post("/api/auth/api-keys", json={"name": "ci", "expiresAt": when}, headers=auth)
+    assert (await error_body(r, 400))["message"] == ["expiresAt must be a valid ISO 8601 date string"]
+
+
 # --- refresh-token theft ------------------------------------------------------------------
 
 async def test_logging_out_with_an_already_rotated_refresh_token_is_theft(client: Any) -> None:
