@@ -122,10 +122,11 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
     pass_ended = Wakeup()
     limiter = trio.CapacityLimiter(MAX_CONCURRENT_SWEEPS)
     per_user: dict[str, trio.CapacityLimiter] = {}
-    # Files that landed while no process watched sent no notification: at start, every
-    # local folder is swept at once (a listing of a local folder is cheap; a remote one waits
-    # for its interval).
-    notified |= {inbox.id for inbox in await services.db.read(repo.active_inboxes) if inbox.kind == InboxKind.LOCAL}
+    # Files that landed while no process watched sent no notification: at the first listing,
+    # every local folder is swept at once (a listing of a local folder is cheap; a remote one
+    # waits for its interval).
+    first_listing = True
+    failures = 0  # listings failed in a row
 
     async def one_pass(inbox: Inbox, sweep: bool) -> None:
         users = per_user.setdefault(inbox.user_id, trio.CapacityLimiter(MAX_CONCURRENT_SWEEPS_PER_USER))
@@ -152,10 +153,22 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
             config = services.config.inboxes
             interval = float(config.interval_s)
             listed_at = time.monotonic()
-            inboxes = await services.db.read(repo.active_inboxes)
-            if watch is not None:
-                # A folder watched only now may have had files before: no notification came for them.
-                notified |= await _update_watches(watch, inboxes, config.local_root)
+            try:
+                inboxes = await services.db.read(repo.active_inboxes)
+                if first_listing:
+                    notified |= {inbox.id for inbox in inboxes if inbox.kind == InboxKind.LOCAL}
+                    first_listing = False
+                if watch is not None:
+                    # A folder watched only now may have had files before: no notification came for them.
+                    notified |= await _update_watches(watch, inboxes, config.local_root)
+            except Exception:
+                # The database is unreachable or failing: try again, later each time. Raised, it
+                # ended the process, and with it the API, the workers and the webhooks.
+                failures += 1
+                log.exception("inboxes: cannot list them", extra={"action": "inbox.list_failed"})
+                await wait_any(services.stopping.wait, functools.partial(trio.sleep, min(30.0, 0.5 * 2**failures)))
+                continue
+            failures = 0
             now = utcnow()
             # Inboxes made, resumed or deleted through another process are seen when the list is
             # read again: within the slow poll of the other loops (2 s on PostgreSQL).

@@ -163,6 +163,8 @@ async def _attempt(services: Services, job: Job) -> Extraction | JobError:
         return error
     except BlobStoreError as exc:
         return _blob_store_failed(exc)
+    except sa.exc.DBAPIError:
+        return _database_failed(job)
     except Exception as exc:  # a bug, not the document: fail the job, keep the worker
         log.exception("job attempt crashed", extra={"action": "job.crashed", "job_id": job.id})
         return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
@@ -182,6 +184,13 @@ def _learned_lookup(services: Services, job: Job, definition: dict[str, Any]) ->
         return await services.db.read(read_with, keys, then)
 
     return lookup
+
+
+def _database_failed(job: Job) -> JobError:
+    """A connection lost in the middle of an attempt (a restart or failover of PostgreSQL) is
+    the database's, not the document's: the job is tried again, not failed."""
+    log.warning("database error during a job", exc_info=True, extra={"action": "worker.db_error", "job_id": job.id})
+    return TransientJobError(ErrorCode.INTERNAL_ERROR, "The database could not be reached; the job will be tried again")
 
 
 def _blob_store_failed(exc: BlobStoreError) -> JobError:
@@ -247,6 +256,8 @@ async def _fetch_attempt(services: Services, job: Job) -> FetchedFile | JobError
         return error
     except BlobStoreError as exc:
         return _blob_store_failed(exc)
+    except sa.exc.DBAPIError:
+        return _database_failed(job)
     except Exception as exc:  # a bug: fail the job, keep the worker
         log.exception("job fetch crashed", extra={"action": "job.crashed", "job_id": job.id})
         return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")

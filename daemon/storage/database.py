@@ -119,8 +119,12 @@ class Database:
 
     def _create_engine(self, pool_size: int, busy_timeout_ms: int) -> Engine:
         if self.is_postgres:
+            # Named in pg_stat_activity (an operator sees which connections are docex's), unless
+            # the URL names them itself.
+            named = {} if "application_name" in self.url.query else {"application_name": "docex"}
             return sa.create_engine(
-                self.url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True, pool_recycle=1800
+                self.url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True, pool_recycle=1800,
+                connect_args=named,
             )
         connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
         if self.url.database in (None, "", ":memory:"):

@@ -478,6 +478,33 @@ async def test_a_retryable_failure_is_retried_with_backoff_then_fails(
         ["job.queued"] + ["job.started"] * max_attempts + ["job.failed"])
 
 
+async def test_a_database_connection_lost_during_an_attempt_retries_the_job(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
+    """A PostgreSQL restart in the middle of an attempt failed the job as INTERNAL_ERROR,
+    like a bug in docex; the document was never at fault."""
+    import sqlalchemy as sa
+
+    import daemon.jobs.pool as pool
+
+    real_extract = pool.extract
+    lost = 0
+
+    async def losing_the_connection_once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal lost
+        if not lost:
+            lost += 1
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("terminating connection due to administrator"))
+        return await real_extract(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "extract", losing_the_connection_once)
+    with_jobs_config(services, retry_backoff_initial_ms=100, max_attempts=3)
+    job = await create_job(client, alice, schema_id)
+    async with running_workers(services):
+        done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED", deadline_s=20)
+    assert done["status"] == "COMPLETED" and done["attempts"] == 2 and done["errorCode"] is None, done
+    assert lost == 1
+
+
 async def test_the_pool_retries_a_transient_provider_error_up_to_max_attempts(
         client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
     """End to end through the worker pool, with the provider replaced by one that times out."""
