@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+import sqlalchemy as sa
 from pydantic import ValidationError
 from quart import Quart, Response, g, jsonify, request
 from quart_schema import RequestSchemaValidationError
@@ -52,6 +53,16 @@ def install_error_handlers(app: Quart) -> None:
         if status == 405 and hasattr(error, "valid_methods") and error.valid_methods:
             response.headers["Allow"] = ", ".join(sorted(error.valid_methods))
         return response
+
+    @app.errorhandler(sa.exc.OperationalError)
+    @app.errorhandler(sa.exc.InterfaceError)
+    async def _database_unreachable(error: sa.exc.DBAPIError) -> Response:
+        # The connection lost (a restart or failover of PostgreSQL) or the database busy past
+        # its timeout: the request may be sent again as it was, which a 500 does not say.
+        request_id = getattr(g, "request_id", None)
+        log.error("database unreachable", exc_info=error, extra={"action": "http.db_error", "request_id": request_id})
+        return error_response(ApiError(f"The database is unreachable; try again (request id {request_id})",
+                                       status=503, headers={"Retry-After": "1"}))
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:

@@ -8,6 +8,7 @@ Runs on SQLite and, with DOCEX_TEST_DATABASE_URL, PostgreSQL."""
 from __future__ import annotations
 
 import io
+import json
 import struct
 import zlib
 from typing import Any
@@ -174,6 +175,23 @@ async def test_every_answer_tells_browsers_not_to_sniff_nor_frame_and_a_download
     r = await client.get(f"/api/jobs/{job['id']}/file", headers=alice)
     assert r.status_code == 200 and r.headers["Content-Security-Policy"] == "sandbox"
     assert r.headers["X-Content-Type-Options"] == "nosniff"
+
+
+async def test_a_request_that_meets_a_lost_database_connection_is_503_to_send_again(
+        client: Any, alice: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A PostgreSQL restart under load answered 500s "Internal server error", which a client
+    must not send again; the request can be, and 503 with Retry-After says so."""
+    import daemon.http.jobs as routes
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise sa.exc.OperationalError("SELECT", {}, Exception("terminating connection due to administrator command"))
+
+    monkeypatch.setattr(routes.repo, "list_jobs", lost)
+    r = await client.get("/api/jobs", headers=alice)
+    body = await error_of(r, 503)
+    assert body["message"].startswith("The database is unreachable; try again (request id ")
+    assert r.headers["Retry-After"] == "1"
+    assert "terminating" not in json.dumps(body)
 
 
 async def test_concurrent_corrections_are_stamped_in_the_order_they_were_written(
