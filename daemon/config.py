@@ -154,6 +154,8 @@ class WebhooksConfig:
     secret_rotation_overlap_s: int = _setting(24 * 3600)
     concurrency: int = _setting(32)
     per_endpoint_concurrency: int = _setting(4)
+    # A quarter of `concurrency`: one user's endpoints that hang hold at most these slots.
+    per_user_concurrency: int = _setting(8)
 
 
 @dataclass(frozen=True)
@@ -623,8 +625,9 @@ def _validate(c: Config) -> list[str]:
     check(c.webhooks.timeout_ms >= 1, "WEBHOOK_TIMEOUT_MS: must be positive")
     check(c.webhooks.max_attempts >= 1, "WEBHOOK_MAX_ATTEMPTS: must be at least 1")
     check(c.webhooks.auto_disable_threshold >= 1, "WEBHOOK_AUTO_DISABLE_THRESHOLD: must be at least 1")
-    check(c.webhooks.concurrency >= 1 and c.webhooks.per_endpoint_concurrency >= 1,
-          "webhooks.concurrency and webhooks.per_endpoint_concurrency: must be at least 1")
+    check(min(c.webhooks.concurrency, c.webhooks.per_endpoint_concurrency, c.webhooks.per_user_concurrency) >= 1,
+          "webhooks.concurrency, webhooks.per_endpoint_concurrency and webhooks.per_user_concurrency: "
+          "must be at least 1")
     key = c.webhooks.encryption_key
     check(key is None or bool(re.fullmatch(r"[0-9a-fA-F]{64}", key.reveal())),
           "WEBHOOK_ENCRYPTION_KEY: must be 64 hex characters (32 bytes)")

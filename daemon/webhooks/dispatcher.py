@@ -2,7 +2,8 @@
 
     run_dispatcher
     └── sends nursery: one task per claimed delivery, at most `webhooks.concurrency`
-        at once and `webhooks.per_endpoint_concurrency` per endpoint (per process)
+        at once, `webhooks.per_endpoint_concurrency` per endpoint and
+        `webhooks.per_user_concurrency` per user (per process)
 
 The loop claims due deliveries in small batches, leasing each to this process
 for ``WEBHOOK_TIMEOUT_MS`` plus a margin, and only as many as there is room
@@ -62,22 +63,26 @@ _CONTENDED_S = 0.02
 
 
 class _Slots:
-    """Sends in flight, in total and per endpoint; `freed` is set whenever one ends."""
+    """Sends in flight, in total, per endpoint and per endpoints' owner (one user's endpoints
+    that hang hold only their share); `freed` is set whenever one ends."""
 
     def __init__(self) -> None:
         self.total = 0
         self.per_endpoint: Counter[str] = Counter()
+        self.per_user: Counter[str] = Counter()
         self.freed = Wakeup()
 
-    def take(self, endpoint_id: str) -> None:
+    def take(self, delivery: ClaimedDelivery) -> None:
         self.total += 1
-        self.per_endpoint[endpoint_id] += 1
+        self.per_endpoint[delivery.endpoint_id] += 1
+        self.per_user[delivery.user_id] += 1
 
-    def give_back(self, endpoint_id: str) -> None:
+    def give_back(self, delivery: ClaimedDelivery) -> None:
         self.total -= 1
-        self.per_endpoint[endpoint_id] -= 1
-        if self.per_endpoint[endpoint_id] <= 0:
-            del self.per_endpoint[endpoint_id]
+        for held, key in ((self.per_endpoint, delivery.endpoint_id), (self.per_user, delivery.user_id)):
+            held[key] -= 1
+            if held[key] <= 0:
+                del held[key]
         self.freed.set()
 
 
@@ -112,9 +117,11 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
                     limit=limit,
                     room={ep: config.per_endpoint_concurrency - n for ep, n in slots.per_endpoint.items()},
                     default_room=config.per_endpoint_concurrency,
+                    user_room={user: config.per_user_concurrency - n for user, n in slots.per_user.items()},
+                    default_user_room=config.per_user_concurrency,
                 )
                 for delivery in claimed:
-                    slots.take(delivery.endpoint_id)
+                    slots.take(delivery)
                     sends.start_soon(_deliver, services, client, owner, delivery, slots)
                 if len(claimed) == limit:
                     continue  # more may be due right now
@@ -123,12 +130,13 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
                 waits.append(slots.freed.sleep)
             else:
                 busy = [ep for ep, n in slots.per_endpoint.items() if n >= config.per_endpoint_concurrency]
-                due = await services.db.read(repo.next_due, now=utcnow(), skip_endpoints=busy)
+                busy_users = [user for user, n in slots.per_user.items() if n >= config.per_user_concurrency]
+                due = await services.db.read(repo.next_due, now=utcnow(), skip_endpoints=busy, skip_users=busy_users)
                 delay = idle_delay(due, poll_s)
                 if due is not None and delay == 0.0 and not claimed:
                     delay = _CONTENDED_S
                 waits.append(functools.partial(services.db.deliveries_due.sleep, delay))
-                if busy:
+                if busy or busy_users:
                     waits.append(slots.freed.sleep)
         except Exception:
             log.exception("dispatcher: database error", extra={"action": "webhooks.claim_failed"})
@@ -193,7 +201,7 @@ async def _deliver(services: Services, client: httpx.AsyncClient, owner: str, de
                               extra={"action": "webhooks.record_failed", "delivery_id": delivery.id})
         _report(services, delivery, outcome, status, recorded)
     finally:
-        slots.give_back(delivery.endpoint_id)
+        slots.give_back(delivery)
 
 
 async def _attempt(services: Services, client: httpx.AsyncClient, delivery: ClaimedDelivery,

@@ -98,6 +98,7 @@ class ClaimedDelivery:
 
     id: str
     endpoint_id: str
+    user_id: str
     event_id: str
     event_type: str
     attempts: int

@@ -561,6 +561,38 @@ async def test_concurrency_is_bounded_per_endpoint_and_in_total(client: Any, ser
     assert max(active["max_per_path"].values()) == 2
 
 
+async def test_one_users_hanging_receivers_hold_only_their_share_of_the_sends(
+        client: Any, services: Services, alice: dict[str, str]) -> None:
+    """Slots were shared by everyone, oldest delivery first: 20 endpoints of one user that
+    never answer held all of them, and another user's event waited minutes."""
+    configure(services, concurrency=6, per_endpoint_concurrency=2, per_user_concurrency=3, timeout_ms=5000)
+    r = await client.post("/api/auth/register", json={"name": "B", "email": "bob@example.com", "password": PASSWORD})
+    bob = {"Authorization": f"Bearer {(await r.get_json())['accessToken']}"}
+    hanging = trio.Event()
+
+    async def hang(request: Received) -> Reply:
+        await hanging.wait()
+        return 200, {}, b""
+
+    async with open_receiver(hang) as stuck, open_receiver() as prompt:
+        for i in range(4):
+            ep = await endpoint(client, alice, stuck, url=stuck.url(f"/{i}"))
+            for _ in range(3):
+                await call(client, "post", f"/api/webhooks/{ep['id']}/send", alice, 202, json={"data": {}})
+        theirs = await endpoint(client, bob, prompt)
+        await call(client, "post", f"/api/webhooks/{theirs['id']}/send", bob, 202, json={"data": {"bob": 1}})
+        async with trio.open_nursery() as nursery:
+            await nursery.start(run_dispatcher, services)
+            with trio.fail_after(2):  # long before alice's sends time out
+                await prompt.wait_for(1)
+            await stuck.wait_for(3, timeout=5)
+            await trio.sleep(0.3)
+            assert len(stuck.requests) == 3  # alice's share, of 6, and no more
+            hanging.set()
+            await stuck.wait_for(12, timeout=15)
+            services.stopping.set()
+
+
 async def test_a_first_attempt_goes_out_within_tens_of_milliseconds(client: Any, services: Services,
                                                                     alice: dict[str, str], dispatcher: None) -> None:
     async with open_receiver() as receiver:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -320,42 +320,45 @@ def claim_due(
     limit: int,
     room: Mapping[str, int],
     default_room: int,
+    user_room: Mapping[str, int],
+    default_user_room: int,
 ) -> list[ClaimedDelivery]:
     """Lease up to `limit` due deliveries to `owner`, at most ``room[endpoint]`` (else
-    `default_room`) per endpoint; endpoints with no room are skipped. Each row carries
-    what a send needs: the delivery, its endpoint's settings and sealed secrets, its event.
+    `default_room`) per endpoint and ``user_room[user]`` (else `default_user_room`) per
+    endpoints' owner; endpoints and users with no room are skipped. Each row carries what a
+    send needs: the delivery, its endpoint's settings and sealed secrets, its event.
 
     PostgreSQL skips rows another process is claiming (FOR UPDATE SKIP LOCKED);
     SQLite runs this under its single writer lock (BEGIN IMMEDIATE).
     """
-    full = [endpoint_id for endpoint_id, free in room.items() if free <= 0]
     query = (
-        sa.select(deliveries.c.id, deliveries.c.endpoint_id)
+        sa.select(deliveries.c.id, deliveries.c.endpoint_id, webhook_endpoints.c.user_id)
         .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
         .where(_due(now), webhook_endpoints.c.enabled.is_(True))
         .order_by(deliveries.c.next_attempt_at, deliveries.c.id)
         # Candidates beyond `limit`, so one busy endpoint does not hide the others' deliveries.
         .limit(limit * 4)
     )
-    if full:
-        query = query.where(deliveries.c.endpoint_id.not_in(full))
+    query = _without(query, [endpoint_id for endpoint_id, free in room.items() if free <= 0],
+                     [user_id for user_id, free in user_room.items() if free <= 0])
     query = lock_rows(conn, query, skip_locked=True, of=deliveries)
     taken: list[str] = []
-    free = dict(room)
-    for delivery_id, endpoint_id in conn.execute(query):
+    free, user_free = dict(room), dict(user_room)
+    for delivery_id, endpoint_id, user_id in conn.execute(query):
         if len(taken) >= limit:
             break
-        left = free.get(endpoint_id, default_room)
-        if left > 0:
+        left, user_left = free.get(endpoint_id, default_room), user_free.get(user_id, default_user_room)
+        if left > 0 and user_left > 0:
             taken.append(delivery_id)
-            free[endpoint_id] = left - 1
+            free[endpoint_id], user_free[user_id] = left - 1, user_left - 1
     if not taken:
         return []
     conn.execute(deliveries.update().where(deliveries.c.id.in_(taken)).values(
         lease_owner=owner, lease_expires_at=now + dt.timedelta(seconds=lease_s)))
     return [ClaimedDelivery.from_row(row) for row in conn.execute(
         sa.select(
-            deliveries.c.id, deliveries.c.endpoint_id, deliveries.c.event_id, deliveries.c.event_type,
+            deliveries.c.id, deliveries.c.endpoint_id, webhook_endpoints.c.user_id, deliveries.c.event_id,
+            deliveries.c.event_type,
             deliveries.c.attempts, deliveries.c.created_at,
             webhook_endpoints.c.url, webhook_endpoints.c.body_format, webhook_endpoints.c.custom_headers,
             webhook_endpoints.c.secret_sealed, webhook_endpoints.c.previous_secret_sealed,
@@ -369,14 +372,27 @@ def claim_due(
     )]
 
 
-def next_due(conn: Connection, *, now: dt.datetime, skip_endpoints: Collection[str] = ()) -> dt.datetime | None:
-    """When a delivery (of an endpoint not in `skip_endpoints`) may next be claimed: the earliest
-    next attempt of an unleased one, or the earliest expiry of a held lease. None: nothing waits."""
-    base = (sa.select().select_from(deliveries)
-            .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
-            .where(deliveries.c.status.in_(DUE_STATUSES), webhook_endpoints.c.enabled.is_(True)))
-    if skip_endpoints:
-        base = base.where(deliveries.c.endpoint_id.not_in(list(skip_endpoints)))
+Q = TypeVar("Q", bound=sa.Select[Any])
+
+
+def _without(query: Q, endpoint_ids: Collection[str], user_ids: Collection[str]) -> Q:
+    """`query` (of deliveries joined to their endpoints) without those endpoints' and users'."""
+    if endpoint_ids:
+        query = query.where(deliveries.c.endpoint_id.not_in(list(endpoint_ids)))
+    if user_ids:
+        query = query.where(webhook_endpoints.c.user_id.not_in(list(user_ids)))
+    return query
+
+
+def next_due(conn: Connection, *, now: dt.datetime, skip_endpoints: Collection[str] = (),
+             skip_users: Collection[str] = ()) -> dt.datetime | None:
+    """When a delivery (of an endpoint not in `skip_endpoints`, of a user not in `skip_users`)
+    may next be claimed: the earliest next attempt of an unleased one, or the earliest expiry of
+    a held lease. None: nothing waits."""
+    base = _without(sa.select().select_from(deliveries)
+                    .join(webhook_endpoints, webhook_endpoints.c.id == deliveries.c.endpoint_id)
+                    .where(deliveries.c.status.in_(DUE_STATUSES), webhook_endpoints.c.enabled.is_(True)),
+                    skip_endpoints, skip_users)
     free = conn.execute(base.add_columns(sa.func.min(deliveries.c.next_attempt_at)).where(
         sa.or_(deliveries.c.lease_expires_at.is_(None), deliveries.c.lease_expires_at < now))).scalar()
     held = conn.execute(base.add_columns(sa.func.min(deliveries.c.lease_expires_at)).where(
