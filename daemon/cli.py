@@ -9,6 +9,7 @@ import argparse
 import dataclasses
 import functools
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -90,7 +91,16 @@ def _load(args: argparse.Namespace, overrides: dict[str, Any] | None = None) -> 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
+    try:
+        _run(_parser().parse_args(argv))
+    except BrokenPipeError:
+        # The reader went away (`docex openapi | head`): what it read is all it wanted. Python
+        # would print a traceback flushing stdout at exit; point it at /dev/null first.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+
+
+def _run(args: argparse.Namespace) -> None:
     if args.command == "serve":
         _serve(args)
     elif args.command == "migrate":
@@ -198,6 +208,8 @@ def _create_user(args: argparse.Namespace) -> None:
             raise SystemExit("docex: passwords differ")
     else:
         password = sys.stdin.readline().rstrip("\n")
+        if not password:
+            raise SystemExit("docex: no password on stdin (pipe it in, or run in a terminal to be asked)")
     try:
         body = RegisterBody(name=args.name, email=args.email, password=password)
     except ValidationError as exc:

@@ -89,6 +89,8 @@ async def submit(files: list[str], schema_id: str, *, url: str, api_key: str | N
     for path in paths:
         if not path.is_file():
             raise UsageError(f"{path}: " + ("not a regular file" if path.exists() else "no such file"))
+    if not url.lower().startswith(("http://", "https://")):  # "localhost:8080" read as a scheme "localhost"
+        raise UsageError(f"DOCEX_URL {url!r} must start with http:// or https://")
     headers = {"Authorization": f"Bearer {api_key}", "User-Agent": "docex-submit"}
     try:
         client = httpx.AsyncClient(base_url=url.rstrip("/"), headers=headers, timeout=120)

@@ -50,8 +50,11 @@ def run(file: str, schema_file: str, provider: str | None, config: Config, out: 
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: RecursionError
         print(f"docex: {schema_file}: cannot read the schema ({exc})", file=sys.stderr)
         return EXIT_USAGE
-    if isinstance(definition, dict) and "jsonSchema" in definition and "type" not in definition:
-        definition = definition["jsonSchema"]  # the shape /api/schema/convert answers with
+    if isinstance(definition, dict) and "type" not in definition:
+        if "jsonSchema" in definition:
+            definition = definition["jsonSchema"]  # the shape /api/schema/convert answers with
+        elif isinstance(definition.get("definition"), dict):
+            definition = definition["definition"]  # a schema as the API shows it (GET /api/schemas/:id)
     # The daemon's own check (a root that is no object included): a definition it would refuse
     # (`"properties": [1]`) made a provider fail with INTERNAL_ERROR, or read nothing, instead
     # of saying what is wrong.

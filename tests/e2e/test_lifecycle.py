@@ -349,6 +349,29 @@ async def test_config_check_masks_secrets(run_docex) -> None:
         assert secret not in result.stdout and secret not in result.stderr
 
 
+def test_a_reader_that_stops_early_gets_no_traceback(docex_env) -> None:
+    """`docex openapi | head -c 1` printed a BrokenPipeError traceback (README: "never a
+    traceback")."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "daemon.cli", "openapi"], env=docex_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(1) == b"{"
+    proc.stdout.close()  # as `head` does once it has its lines
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 1
+    assert stderr == ""
+
+
+async def test_users_create_with_nothing_on_stdin_says_so(run_docex) -> None:
+    """It said "password must be longer than or equal to 6 characters"."""
+    result = await run_docex("users", "create", "--email", "ops@example.com", "--name", "Ops")  # stdin: /dev/null
+    assert result.returncode == 1
+    assert result.stderr.strip() == "docex: no password on stdin (pipe it in, or run in a terminal to be asked)"
+
+
 # --- readiness per role -----------------------------------------------------------------------
 
 

@@ -100,6 +100,7 @@ async def test_submit_reports_what_is_wrong(start_daemon: Callable[..., Any], ru
         ((good, "--schema", schema_id), {"DOCEX_API_KEY": "dx_live_wrong"}, "refused (401)"),
         # The API's own address given for the daemon's: it said "schema ... not found".
         ((good, "--schema", schema_id), {"DOCEX_URL": daemon.url("/api")}, "DOCEX_URL is docex's root URL"),
+        ((good, "--schema", schema_id), {"DOCEX_URL": f"localhost:{daemon.port}"}, "must start with http://"),
     ]:
         refused = await run_docex("submit", *args, env={**env, **extra_env})
         assert refused.returncode == 2, (args, refused.stderr)

@@ -38,6 +38,16 @@ def test_extract_prints_result_and_meta(make_doc: Callable[..., Path], tmp_path:
     assert body["resultMeta"]["fields"]["/invoice_number"]["text"] == "INV-2024-0042"
 
 
+def test_a_schema_saved_as_the_api_shows_it_is_read_by_its_definition(tmp_path: Path) -> None:
+    """`{"id", "name", "definition"}` from GET /api/schemas/:id said "schema.type must be object"."""
+    document = tmp_path / "invoice.txt"
+    document.write_text("Invoice Number: INV-9\nTotal: 12.50\n")
+    shown = {"id": "01aaaaaaaaaaaaaaaaaaaaaaaa", "name": "Invoice", "description": None, "definition": SCHEMA}
+    run = docex(str(document), "--schema", schema_file(tmp_path, shown))
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["result"]["invoice_number"] == "INV-9"
+
+
 def test_extract_errors_are_json_with_a_non_zero_exit(tmp_path: Path) -> None:
     broken = tmp_path / "broken.pdf"
     broken.write_bytes(b"%PDF-1.7\n" + os.urandom(2000))
