@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 
 from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
-from daemon.errors import BadRequest, Conflict, NotFound, PayloadTooLarge
+from daemon.errors import BadRequest, Conflict, NotFound
 from daemon.extraction import learning
 from daemon.extraction.pipeline import schema_of
 from daemon.http.context import no_content, services
@@ -35,7 +35,7 @@ from daemon.integrations.job_sources import SourceIn, job_sources
 from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun, job_json, run_json
-from daemon.jobs.upload import StoredFile, Upload, receive_upload
+from daemon.jobs.upload import StoredFile, Upload, file_too_large, receive_upload
 from daemon.schemas.definition import check_result, incomplete_fails, learning_on
 from daemon.storage.ids import looks_like_id
 from daemon.storage.repos import jobs as repo
@@ -254,12 +254,13 @@ async def _forget(upload: Upload) -> None:
         await services().blobs.delete(stored.blob_key)
 
 
-def _refuse_oversized(max_bytes: int) -> None:
-    """Refuse at once an upload whose declared length already exceeds what it may carry."""
+def _refuse_oversized(max_file_bytes: int) -> None:
+    """Refuse at once an upload whose declared length already exceeds what it may carry: a
+    file of at most `max_file_bytes` and the form around it."""
     length = request.content_length
-    if length is not None and length > max_bytes:
+    if length is not None and length > max_file_bytes + _MULTIPART_SLACK_BYTES:
         current_request().body.discard()
-        raise PayloadTooLarge(f"Request exceeds the maximum size of {max_bytes} bytes")
+        raise file_too_large(max_file_bytes)
 
 
 def _request_hash(**parts: Any) -> str:
@@ -446,7 +447,7 @@ async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
     config = services().config
     if request.mimetype == "application/json":
         return await _create_from_sources(parse(CreateJobJson, await request.get_json()))
-    _refuse_oversized(config.jobs.max_file_size_bytes + _MULTIPART_SLACK_BYTES)
+    _refuse_oversized(config.jobs.max_file_size_bytes)
     upload = await receive_upload(
         request, services().blobs, file_field="file", max_file_bytes=config.jobs.max_file_size_bytes, max_files=1
     )

@@ -29,6 +29,12 @@ _MAX_FIELD_BYTES = 64 * 1024
 _MAX_PARTS = 1100
 
 
+def file_too_large(max_bytes: int) -> PayloadTooLarge:
+    """The 413 of a file over `jobs.max_file_size` (MAX_FILE_SIZE), its limit as it was set."""
+    return PayloadTooLarge(f"File exceeds the maximum size of {max_bytes:,} bytes "
+                           f"({max_bytes / 2**20:g} MiB, MAX_FILE_SIZE)")
+
+
 @dataclass
 class StoredFile:
     """A file part, now a committed blob."""
@@ -62,7 +68,7 @@ class _FileSink:
     async def write(self, data: bytes) -> None:
         self.size += len(data)
         if self.size > self.max_bytes:
-            raise PayloadTooLarge(f"File exceeds the maximum size of {self.max_bytes} bytes")
+            raise file_too_large(self.max_bytes)
         if len(self.head) < filetypes.SNIFF_BYTES:
             self.head += data[: filetypes.SNIFF_BYTES - len(self.head)]
         self.hasher.update(data)
@@ -154,7 +160,7 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
             for stored in upload.files:
                 await blobs.delete(stored.blob_key)
         if isinstance(exc, RequestEntityTooLarge):
-            raise PayloadTooLarge(f"File exceeds the maximum size of {max_file_bytes} bytes") from exc
+            raise file_too_large(max_file_bytes) from exc
         if isinstance(exc, ValueError):  # werkzeug's decoder on a malformed body
             raise BadRequest(["malformed multipart body"]) from exc
         raise
