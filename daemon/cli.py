@@ -156,7 +156,7 @@ def _migrate(args: argparse.Namespace) -> None:
 
     config = _load(args)
     configure_logging(config.log.level)
-    config.data_path.mkdir(parents=True, exist_ok=True)
+    config.make_data_dir()
     db = Database(config.database_url, pool_size=1)
     try:
         upgrade(db.engine)
@@ -217,7 +217,7 @@ def _create_user(args: argparse.Namespace) -> None:
             print(f"docex: {message}", file=sys.stderr)
         raise SystemExit(EXIT_CONFIG) from None
     config = with_dev_secrets(_load(args))
-    config.data_path.mkdir(parents=True, exist_ok=True)
+    config.make_data_dir()
 
     async def create() -> Any:
         async with open_services(config) as services:

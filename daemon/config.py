@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
 import re
 import secrets
@@ -276,6 +277,13 @@ class Config:
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir)
+
+    def make_data_dir(self) -> Path:
+        """The data directory, made if missing: readable by docex's user only (it holds the
+        database, every uploaded document and the development secrets). One that exists keeps
+        the mode it was given."""
+        self.data_path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return self.data_path
 
     @property
     def database_url(self) -> str:
@@ -666,7 +674,7 @@ def with_dev_secrets(config: Config) -> Config:
         return config
     path = config.data_path / SECRETS_FILE
     if not path.exists():
-        config.data_path.mkdir(parents=True, exist_ok=True)
+        config.make_data_dir()
         wanted = {"jwt_access_secret": secrets.token_urlsafe(48), "webhook_encryption_key": secrets.token_hex(32)}
         tmp = path.with_name(f"{SECRETS_FILE}.{os.getpid()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -676,6 +684,10 @@ def with_dev_secrets(config: Config) -> Config:
         # directory, the first one's secrets win and every other reads those.
         try:
             os.link(tmp, path)
+            # The webhook key seals every stored secret: an operator must know to keep this file.
+            logging.getLogger(__name__).info(
+                "generated the development secrets in %s (0600): keep it, or set JWT_ACCESS_SECRET and "
+                "WEBHOOK_ENCRYPTION_KEY", path, extra={"action": "config.secrets_generated"})
         except FileExistsError:
             pass
         finally:

@@ -62,7 +62,7 @@ async def serve(
 ) -> None:
     """Run the daemon until SIGTERM/SIGINT, then drain and return."""
     notifier = notifier or Notifier()
-    config.data_path.mkdir(parents=True, exist_ok=True)
+    config.make_data_dir()
     if role.runs_workers:
         # Scanned documents would fail with OCR_FAILED: say so at start.
         warn_if_ocr_missing(config.extraction.ocr_engine)

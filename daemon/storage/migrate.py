@@ -7,6 +7,7 @@ every start to learn that the database is up to date.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,11 +73,15 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
-        if revision == "head" and is_current(conn):
+        before = current_revision(conn)
+        if revision == "head" and before == HEAD:
             return
         from alembic import command
 
         command.upgrade(alembic_config(conn), revision)
+        logging.getLogger(__name__).info("database migrated from %s to %s", before or "empty",
+                                         HEAD if revision == "head" else revision,
+                                         extra={"action": "db.migrated"})
 
 
 def downgrade(engine: Engine, revision: str) -> None:

@@ -226,6 +226,11 @@ async def test_development_secrets_are_generated_once_and_reused(start_daemon, d
     for d in (first, second):
         logged = "\n".join(d.stdout_lines + d.stderr_lines)
         assert all(v not in logged for v in stored.values()), "a generated secret was logged"
+    # The first start says what it made, so that an operator knows to keep the file; the data
+    # directory it made (the database, every document) is its user's alone.
+    assert first.actions().count("config.secrets_generated") == 1 and "config.secrets_generated" not in second.actions()
+    assert "db.migrated" in first.actions() and "db.migrated" not in second.actions()
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
 
 
 # --- invalid configuration at start ----------------------------------------------------
