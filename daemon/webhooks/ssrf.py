@@ -87,6 +87,8 @@ def refusal(ip: IPAddress) -> str | None:
         (ip.is_multicast, "a multicast address"),
         (ip.is_reserved, "a reserved address"),
         (ip.is_private, "a private address"),
+        # Deprecated (RFC 3879) but still routed inside some networks; Python counts it global.
+        (isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local, "a site-local address"),
     ):
         if test:
             return reason

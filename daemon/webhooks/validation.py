@@ -51,7 +51,9 @@ def url_problems(url: str, *, allow_http: bool, allow_private: bool) -> list[str
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, UnicodeError, ValueError):
         return ["url must be a URL address"]
-    if parsed.scheme not in ("http", "https") or not parsed.host or not parsed.is_absolute_url:
+    if parsed.scheme and parsed.scheme not in ("http", "https"):
+        return [f"url must start with https:// (or http:// with webhooks.allow_http), not {parsed.scheme}://"]
+    if not parsed.host or not parsed.is_absolute_url:
         return ["url must be a URL address"]
     problems = []
     if not _reachable_host(parsed.raw_host.decode("ascii", "replace"), parsed.host):

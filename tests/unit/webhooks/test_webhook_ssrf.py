@@ -30,6 +30,7 @@ REFUSED = {
     "169.254.169.254": "link-local",  # cloud metadata
     "169.254.0.1": "link-local",
     "fe80::1": "link-local",
+    "fec0::1": "site-local",  # deprecated, which Python counts global
     "224.0.0.1": "multicast",
     "239.255.255.250": "multicast",
     "ff02::1": "multicast",

@@ -17,7 +17,7 @@ def test_public_https_urls_are_accepted(url: str) -> None:
 @pytest.mark.parametrize(("url", "message"), [
     ("not a url", "url must be a URL address"),
     ("/relative", "url must be a URL address"),
-    ("ftp://example.com/x", "url must be a URL address"),
+    ("ftp://example.com/x", "url must start with https:// (or http:// with webhooks.allow_http), not ftp://"),
     ("https://", "url must be a URL address"),
     ("http://example.com/x", "url must use https"),
     ("https://user:pw@example.com/x", "must not contain a user name or password"),
