@@ -115,6 +115,7 @@ async def setup(services: Services, port: int) -> tuple[str, list[str]]:
                 conn, endpoint_id=endpoint_id, user_id=user.id, url=f"http://127.0.0.1:{port}/hook/{i}",
                 description=None, delivery_mode="MANUAL", events=[], body_format="JSON", custom_headers={},
                 secret_sealed=seal_secret(config, endpoint_id, new_signing_secret()), now=utcnow(),
+                max_endpoints=ENDPOINTS,
             )
             ids.append(endpoint_id)
         return user.id, ids

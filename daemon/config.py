@@ -157,6 +157,7 @@ class WebhooksConfig:
     per_endpoint_concurrency: int = _setting(4)
     # A quarter of `concurrency`: one user's endpoints that hang hold at most these slots.
     per_user_concurrency: int = _setting(8)
+    max_endpoints_per_user: int = _setting(50)
 
 
 @dataclass(frozen=True)
@@ -632,6 +633,7 @@ def _validate(c: Config) -> list[str]:
     check(c.jobs.lease_s >= 5, "jobs.lease: must be at least 5s")
     check(c.webhooks.timeout_ms >= 1, "WEBHOOK_TIMEOUT_MS: must be positive")
     check(c.webhooks.max_attempts >= 1, "WEBHOOK_MAX_ATTEMPTS: must be at least 1")
+    check(c.webhooks.max_endpoints_per_user >= 1, "webhooks.max_endpoints_per_user: must be at least 1")
     check(c.webhooks.auto_disable_threshold >= 1, "WEBHOOK_AUTO_DISABLE_THRESHOLD: must be at least 1")
     check(min(c.webhooks.concurrency, c.webhooks.per_endpoint_concurrency, c.webhooks.per_user_concurrency) >= 1,
           "webhooks.concurrency, webhooks.per_endpoint_concurrency and webhooks.per_user_concurrency: "

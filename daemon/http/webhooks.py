@@ -241,6 +241,7 @@ async def event_catalog() -> dict[str, Any]:
 @blueprint.post("")
 @validate_request(CreateEndpointBody)
 @document_response(EndpointCreatedOut, 201)
+@error_responses(409)
 async def create_endpoint(data: CreateEndpointBody) -> tuple[dict[str, Any], int]:
     """Register an endpoint; the answer carries its `signingSecret`, shown only here and on rotation."""
     problems = _settings_problems(services().config.webhooks, url=data.url, mode=data.deliveryMode,
@@ -254,6 +255,7 @@ async def create_endpoint(data: CreateEndpointBody) -> tuple[dict[str, Any], int
         description=data.description, delivery_mode=data.deliveryMode, events=data.events,
         body_format=data.bodyFormat, custom_headers=data.customHeaders,
         secret_sealed=seal_secret(services().config.webhooks, endpoint_id, secret), now=utcnow(),
+        max_endpoints=services().config.webhooks.max_endpoints_per_user,
     )
     return endpoint_json(row, []) | {"signingSecret": secret}, 201
 

@@ -14,6 +14,7 @@ import sqlalchemy as sa
 
 from daemon.clock import utcnow
 from daemon.events import CATALOG
+from daemon.services import Services
 from daemon.storage.outbox import record_event
 from daemon.storage.tables import deliveries, events, webhook_endpoints
 from daemon.webhooks.keys import open_secret
@@ -487,3 +488,18 @@ async def test_events_are_routed_in_the_transaction_that_records_them(client: An
 def _counts(conn: sa.Connection) -> tuple[int, int]:
     return (conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one(),
             conn.execute(sa.select(sa.func.count()).select_from(deliveries)).scalar_one())
+
+
+async def test_a_user_has_at_most_max_endpoints_per_user(client: Any, services: Services, alice: dict[str, str],
+                                                         bob: dict[str, str]) -> None:
+    """Each event of a user is one delivery per endpoint: 1,000 endpoints on "*" (made in
+    7 s) turned one job into thousands of sends."""
+    services.config = dataclasses.replace(
+        services.config, webhooks=dataclasses.replace(services.config.webhooks, max_endpoints_per_user=3))
+    body = {"url": "https://hooks.example.com/docex", "events": ["*"]}
+    made = [await call(client, "post", "/api/webhooks", alice, 201, json=body) for _ in range(3)]
+    refused = await call(client, "post", "/api/webhooks", alice, 409, json=body)
+    assert refused["message"] == "At most 3 webhook endpoints per user; delete one first"
+    await call(client, "post", "/api/webhooks", bob, 201, json=body)  # another user's count is theirs
+    await call(client, "delete", f"/api/webhooks/{made[0]['id']}", alice, 204)
+    await call(client, "post", "/api/webhooks", alice, 201, json=body)

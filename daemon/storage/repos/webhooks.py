@@ -27,11 +27,11 @@ from typing import Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from daemon.errors import InvalidTransition, Missing
+from daemon.errors import Conflict, InvalidTransition, Missing
 from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import insert_delivery, record_event
-from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, webhook_endpoints
+from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, users, webhook_endpoints
 from daemon.webhooks.models import DUE_STATUSES, DeliveryStatus
 from daemon.webhooks.records import ClaimedDelivery, Delivery, DeliveryAttempt, WebhookEndpoint
 
@@ -56,8 +56,20 @@ def create_endpoint(
     custom_headers: Mapping[str, str],
     secret_sealed: bytes,
     now: dt.datetime,
+    max_endpoints: int,
 ) -> WebhookEndpoint:
-    """Store a new, enabled endpoint (its settings already checked, its secret sealed for `endpoint_id`)."""
+    """Store a new, enabled endpoint (its settings already checked, its secret sealed for `endpoint_id`).
+
+    Raises:
+        Conflict: the user already has `max_endpoints` (each event of theirs is one delivery
+            per endpoint: without a bound, one job's events were thousands of sends).
+    """
+    # Lock the owner so two concurrent creations cannot both pass the count.
+    conn.execute(lock_rows(conn, sa.select(users.c.id).where(users.c.id == user_id)))
+    held = conn.execute(sa.select(sa.func.count()).select_from(webhook_endpoints)
+                        .where(webhook_endpoints.c.user_id == user_id)).scalar_one()
+    if held >= max_endpoints:
+        raise Conflict(f"At most {max_endpoints} webhook endpoints per user; delete one first")
     conn.execute(webhook_endpoints.insert().values(
         id=endpoint_id, user_id=user_id, url=url, description=description, delivery_mode=delivery_mode,
         events=list(events), body_format=body_format, custom_headers=dict(custom_headers),

@@ -39,7 +39,7 @@ async def owner_with_endpoint(services: Services) -> tuple[str, str]:
         webhooks_repo.create_endpoint(
             conn, endpoint_id=new_id(), user_id=user.id, url="https://example.com/hook", description=None,
             delivery_mode="AUTOMATIC", events=["*"], body_format="JSON", custom_headers={},
-            secret_sealed=b"sealed", now=utcnow(),
+            secret_sealed=b"sealed", now=utcnow(), max_endpoints=1,
         )
         schema = schemas_repo.create_schema(conn, user_id=user.id, name="S", description=None,
                                             definition={"fields": []}, webhook_endpoint_ids=[], now=utcnow())
