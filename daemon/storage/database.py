@@ -72,6 +72,14 @@ def lock_rows(conn: Connection, query: S, *, skip_locked: bool = False, of: Any 
     return query.with_for_update(skip_locked=skip_locked, of=of)
 
 
+def stamped_after(previous: dt.datetime, now: dt.datetime) -> dt.datetime:
+    """`now`, or just after a locked row's last change (`previous`) if that is later: writes to
+    one row take their time before they queue for its lock, so the one that committed last
+    could carry the older updatedAt (20 corrections of a job at once: the final result was not
+    the newest-stamped one, and receivers ordering by time kept a stale one)."""
+    return max(now, as_utc(previous) + dt.timedelta(milliseconds=1))  # the API shows milliseconds
+
+
 def as_utc(value: object) -> dt.datetime:
     """An aware UTC datetime from a time the database returned outside a column's type:
     ``min()`` over a SQLite column comes back as ISO text, naive; PostgreSQL's is aware,

@@ -227,6 +227,29 @@ async def test_concurrent_corrections_are_stamped_in_the_order_they_were_written
     assert final["updatedAt"] == newest["updatedAt"] and final["result"] == newest["result"]
 
 
+async def test_concurrent_schema_changes_are_stamped_in_the_order_they_were_written(
+        client: Any, alice: dict[str, str], schema_id: str) -> None:
+    """As with a job's corrections: of 20 PATCHes at once, the stored schema was not always
+    the answer with the newest updatedAt (4 of 20 rounds over three processes)."""
+    import trio
+
+    answers: list[dict[str, Any]] = []
+
+    async def rename(n: int) -> None:
+        r = await client.patch(f"/api/schemas/{schema_id}", json={"name": f"Invoice {n}"}, headers=alice)
+        assert r.status_code == 200
+        answers.append(await r.get_json())
+
+    async with trio.open_nursery() as nursery:
+        for n in range(20):
+            nursery.start_soon(rename, n)
+    final = await (await client.get(f"/api/schemas/{schema_id}", headers=alice)).get_json()
+    stamps = [answer["updatedAt"] for answer in answers]
+    assert len(set(stamps)) == len(stamps), "two writes carry one time"
+    newest = max(answers, key=lambda answer: answer["updatedAt"])
+    assert final["updatedAt"] == newest["updatedAt"] and final["name"] == newest["name"]
+
+
 async def test_an_upload_repeated_after_its_job_was_deleted_makes_a_new_job(
         client: Any, alice: dict[str, str], schema_id: str) -> None:
     """The key replayed a job that no longer was: a 404 for a create, for the key's 24 h, and

@@ -51,7 +51,7 @@ from daemon.jobs.models import (
     least_confidence,
 )
 from daemon.jobs.records import Job, JobRun, job_json, run_json
-from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
+from daemon.storage.database import Wake, as_utc, lock_rows, stamped_after, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
 from daemon.storage.tables import UNREVIEWED, idempotency_keys, job_runs, jobs
@@ -220,14 +220,6 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
     return [Job.from_row(row) for row in conn.execute(query)]
 
 
-def _after(job: Job, now: dt.datetime) -> dt.datetime:
-    """`now`, or just after the locked `job`'s last change if that is later: corrections and
-    approvals of one job take their time before they queue for its row, so the one that
-    committed last could carry the older updatedAt and job.updated (20 at once: the final
-    result was not the newest-stamped one, and receivers ordering by time kept a stale one)."""
-    return max(now, job.updated_at + dt.timedelta(milliseconds=1))  # the API shows milliseconds
-
-
 def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> Job:
     conn.execute(jobs.update().where(jobs.c.id == job_id).values(updated_at=now, **values))
     return _job(conn, job_id)
@@ -286,7 +278,7 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     InvalidTransition."""
     job = _to_change(conn, job_id, user_id)
     transitions.check_patch_result(job)
-    now = _after(job, now)
+    now = stamped_after(job.updated_at, now)
     original = job.original_result if job.original_result is not None else job.result
     meta = {**(job.result_meta or {}), **completeness(missing)}
     # An approval vouched for the values it saw; corrected values wait for a person again.
@@ -303,7 +295,7 @@ def approve_job(conn: Connection, job_id: str, owner_id: str | None, reviewer_id
     Raises Missing, InvalidTransition."""
     job = _to_change(conn, job_id, owner_id)
     transitions.check_approve(job)
-    now = _after(job, now)
+    now = stamped_after(job.updated_at, now)
     job = _update(conn, job_id, now, reviewed_at=now, reviewed_by=reviewer_id)
     _event(conn, "job.updated", job, now, with_result=True)
     return job

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from daemon.errors import BadRequest
+from daemon.storage.database import lock_rows, stamped_after
 from daemon.storage.ids import new_id
 from daemon.storage.repos.webhooks import unknown_endpoint_ids
 from daemon.storage.tables import schemas
@@ -77,7 +78,10 @@ def update_schema(conn: Connection, user_id: str, schema_id: str, changes: dict[
         BadRequest: a webhook endpoint id is not the caller's (`check_endpoint_ids`).
     """
     assert changes.keys() <= UPDATABLE, changes.keys() - UPDATABLE
-    if get_schema(conn, user_id, schema_id) is None:
+    live = (schemas.c.id == schema_id, schemas.c.user_id == user_id, schemas.c.deleted_at.is_(None))
+    # Locked, so that of two changes at once the one written last is stamped last.
+    current = conn.execute(lock_rows(conn, sa.select(schemas.c.updated_at).where(*live))).first()
+    if current is None:
         return None
     if "webhook_endpoint_ids" in changes:
         problems = check_endpoint_ids(conn, user_id, changes["webhook_endpoint_ids"])
@@ -85,9 +89,7 @@ def update_schema(conn: Connection, user_id: str, schema_id: str, changes: dict[
             raise BadRequest(problems)
         changes = {**changes, "webhook_endpoint_ids": list(changes["webhook_endpoint_ids"])}
     if changes:
-        conn.execute(schemas.update()
-                     .where(schemas.c.id == schema_id, schemas.c.user_id == user_id, schemas.c.deleted_at.is_(None))
-                     .values(**changes, updated_at=now))
+        conn.execute(schemas.update().where(*live).values(**changes, updated_at=stamped_after(current.updated_at, now)))
     return get_schema(conn, user_id, schema_id)
 
 
