@@ -157,3 +157,25 @@ def test_a_closed_registration_offers_no_form_once_the_first_account_exists(star
         page.get_by_role("link", name="Sign in").click()
         page.get_by_role("button", name="Sign in").wait_for()
         other.close()
+
+
+def test_a_first_visit_asks_for_no_session_and_a_reload_keeps_one(start_daemon: Callable[..., Any]) -> None:
+    """Every first visit asked /api/auth/refresh for a session it could not have: a 400 in the
+    browser's console on every load."""
+    with open_console(start_daemon) as console:
+        page = console.page
+        refreshes: list[str] = []
+        page.on("request", lambda request: refreshes.append(request.url) if "/api/auth/refresh" in request.url
+                else None)
+        console.goto("")
+        page.get_by_role("button", name="Sign in").wait_for()
+        assert refreshes == []
+        console.register("Ann Admin", "ann@example.com")
+        page.reload()
+        page.get_by_role("heading", name="Jobs").wait_for()  # the cookie's session, restored
+        assert len(refreshes) == 1
+        page.get_by_role("button", name="Sign out").click()
+        page.get_by_role("button", name="Sign in").wait_for()
+        page.reload()
+        page.get_by_role("button", name="Sign in").wait_for()
+        assert len(refreshes) == 1

@@ -33,9 +33,16 @@ export function onSignedOut(listener) {
   signedOutListeners.add(listener);
 }
 
+// Whether this browser may hold a session cookie: set at sign-in, cleared when a refresh is
+// refused or the user signs out. Without it a first visit does not ask /api/auth/refresh for a
+// session it cannot have (a 400 in the browser's console on every load). It says nothing
+// secret: the cookie itself stays out of the page's reach.
+const MAYBE_SIGNED_IN = "docex.maybe-signed-in";
+
 function signedIn(pair) {
   accessToken = pair.accessToken;
   currentUser = pair.user;
+  localStorage.setItem(MAYBE_SIGNED_IN, "1");
   return currentUser;
 }
 
@@ -43,6 +50,7 @@ function forget() {
   const was = accessToken !== null;
   accessToken = null;
   currentUser = null;
+  localStorage.removeItem(MAYBE_SIGNED_IN);
   if (was) signedOutListeners.forEach((listener) => listener());
 }
 
@@ -64,6 +72,7 @@ async function authCall(path, body) {
  * share one exchange, and tabs take turns (a Web Lock): presenting a refresh token that
  * another tab has just rotated would look like theft and end every session. */
 export function restore() {
+  if (!refreshing && !localStorage.getItem(MAYBE_SIGNED_IN)) return Promise.resolve(null);
   if (!refreshing) {
     const exchange = async () => {
       try {
