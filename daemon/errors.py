@@ -103,6 +103,10 @@ class Conflict(ApiError):
     status = 409
 
 
+class PreconditionFailed(ApiError):
+    status = 412
+
+
 class PayloadTooLarge(ApiError):
     status = 413
 
@@ -131,6 +135,13 @@ class InvalidTransition(DomainError):
 
     def api_error(self) -> ApiError:
         return Conflict(self.message)
+
+
+class Stale(DomainError):
+    """The resource changed since the version the caller named in If-Match (→ 412)."""
+
+    def api_error(self) -> ApiError:
+        return PreconditionFailed(self.message)
 
 
 class Missing(DomainError):

@@ -34,7 +34,7 @@ from daemon.http.validation import in_utc, parse
 from daemon.integrations.job_sources import SourceIn, job_sources
 from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
-from daemon.jobs.records import Job, JobRun, job_json, run_json
+from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
 from daemon.jobs.upload import StoredFile, Upload, file_too_large, receive_upload
 from daemon.schemas.definition import check_result, incomplete_fails, learning_on
 from daemon.storage.ids import looks_like_id
@@ -371,6 +371,23 @@ async def _job_body(job_id: str) -> dict[str, Any]:
     return job_json(job)
 
 
+def _versioned(job: Job) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """A job's answer with its version as the ETag: sent back as If-Match, a correction or an
+    approval is refused (412) if the job changed meanwhile (another tab, another reviewer)."""
+    return job_json(job), 200, {"ETag": f'"{version_of(job)}"'}
+
+
+def _if_match() -> str | None:
+    """The version named by the request's If-Match (None: none, or `*`, any)."""
+    tag = request.headers.get("If-Match", "").strip()
+    if not tag or tag == "*":
+        return None
+    tag = tag.removeprefix("W/")
+    if len(tag) < 2 or not (tag.startswith('"') and tag.endswith('"')):
+        raise BadRequest(['If-Match must be an ETag of the job (a quoted string, as GET /api/jobs/:id sends)'])
+    return tag[1:-1]
+
+
 async def _run_body(run_id: str, *, with_jobs: bool = False) -> dict[str, Any]:
     user_id = current_principal().user_id
 
@@ -484,8 +501,12 @@ async def list_jobs(query_args: JobQuery) -> Response:
 
 @blueprint.get("/jobs/<job_id>")
 @document_response(JobOut)
-async def get_job(job_id: str) -> dict[str, Any]:
-    return await _job_body(job_id)
+async def get_job(job_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
+    """The job; its ETag is its version, for If-Match on PATCH /result and approve."""
+    job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
+    if job is None:
+        raise NotFound("Job not found")
+    return _versioned(job)
 
 
 @blueprint.get("/jobs/<job_id>/file")
@@ -541,11 +562,13 @@ async def cancel_job(job_id: str) -> dict[str, Any]:
 @blueprint.patch("/jobs/<job_id>/result")
 @validate_request(PatchResultBody)
 @document_response(JobOut)
-@error_responses(409)
-async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
+@error_responses(409, 412)
+async def patch_result(job_id: str, data: PatchResultBody) -> tuple[dict[str, Any], int, dict[str, str]]:
     """Correct a COMPLETED job's result; its values must match the schema. Required values it
     still lacks are listed in resultMeta.missing (complete once there are none), unless the
-    schema says `"x-docex-incomplete": "fail"`: then they are refused. Emits job.updated."""
+    schema says `"x-docex-incomplete": "fail"`: then they are refused. With `If-Match` (the
+    ETag of GET /api/jobs/:id), 412 if the job changed since. Emits job.updated."""
+    expected = _if_match()
     user_id = current_principal().user_id
     job = await services().db.read(repo.get_job, user_id, job_id)
     if job is None:
@@ -561,23 +584,25 @@ async def patch_result(job_id: str, data: PatchResultBody) -> dict[str, Any]:
         if problems:
             raise BadRequest(problems)
         missing = check.missing
-    job = await services().db.run(repo.patch_result, user_id, job_id, data.result, missing, utcnow())
+    job = await services().db.run(repo.patch_result, user_id, job_id, data.result, missing, utcnow(), expected)
     await _learn_from(job)
-    return job_json(job)
+    return _versioned(job)
 
 
 @blueprint.post("/jobs/<job_id>/approve")
 @document_response(JobOut)
-@error_responses(409)
-async def approve_job(job_id: str) -> dict[str, Any]:
+@error_responses(409, 412)
+async def approve_job(job_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     """Record that a person checked the job's result: reviewedAt and reviewedBy (the caller).
     The job's owner or an ADMIN (any user's job); COMPLETED jobs with a complete result only
-    (409 otherwise). A later PATCH /result clears the approval. Emits job.updated."""
+    (409 otherwise). With `If-Match`, 412 if the job changed since the reviewer read it. A
+    later PATCH /result clears the approval. Emits job.updated."""
+    expected = _if_match()
     principal = current_principal()
     owner = None if principal.role == Role.ADMIN else principal.user_id
-    job = await services().db.run(repo.approve_job, job_id, owner, principal.user_id, utcnow())
+    job = await services().db.run(repo.approve_job, job_id, owner, principal.user_id, utcnow(), expected)
     await _learn_from(job)
-    return job_json(job)
+    return _versioned(job)
 
 
 async def _learn_from(job: Job) -> None:

@@ -86,6 +86,12 @@ _JOB_FIELDS = tuple(f.name for f in fields(Job))
 _RUN_FIELDS = tuple(f.name for f in fields(JobRun))
 
 
+def version_of(row: Job) -> str:
+    """The job's version as its ETag says it: its updatedAt as the API shows it (every change
+    of a job is stamped after the one before, `stamped_after`)."""
+    return iso(row.updated_at) or ""
+
+
 def job_json(row: Job, *, with_result: bool = True) -> dict[str, Any]:
     """The job object of SPEC §6. Events carry it too (with `result` on job.completed/updated)."""
     body: dict[str, Any] = {

@@ -421,3 +421,59 @@ def test_a_value_on_a_later_page_is_scrolled_to(start_daemon: Callable[..., Any]
         expect(page.get_by_label("company", exact=True)).to_be_focused()
         box = page.locator(".field-box:visible").bounding_box()
         assert box is not None and area["y"] <= box["y"] <= area["y"] + area["height"], (area, box)
+
+
+def test_two_tabs_on_one_job_do_not_undo_each_other_and_unsaved_work_is_not_left_unasked(
+        start_daemon: Callable[..., Any], tmp_path: Path) -> None:
+    """Tab B's save sent its stale form back: tab A's correction was reverted and its approval
+    cleared, without a word. A link in the bar, or Back, dropped unsaved corrections silently."""
+    pdf = write_receipt_pdf(tmp_path / "northwind.pdf")
+    with open_console(start_daemon) as console:
+        page = console.page
+        console.register("Ann Admin", "ann@example.com")
+        token = console.api_token("ann@example.com")
+        job = _upload(console, token, _receipt_schema(console, token), pdf, "application/pdf")
+        console.goto(f"#/jobs/{job['id']}")
+        page.get_by_role("heading", name="Review northwind.pdf").wait_for()
+        other = console.context.new_page()  # the same person's second tab
+        other.goto(console.url(f"#/jobs/{job['id']}"))
+        other.get_by_role("heading", name="Review northwind.pdf").wait_for()
+
+        page.get_by_label("company", exact=True).fill("NORTHWIND TRADING LIMITED")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_text("Extracted: NORTHWIND TRADING LTD")).to_be_visible()
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_text(re.compile(r"Approved by you on"))).to_be_visible()
+
+        other.get_by_label("total", exact=True).fill("99.99")
+        other.get_by_role("button", name="Save").click()
+        expect(other.get_by_text("this job was changed elsewhere")).to_be_visible()
+        saved = _api_job(console, token, job["id"])
+        assert saved["result"]["company"] == "NORTHWIND TRADING LIMITED" and saved["reviewedAt"] is not None
+        other.get_by_role("button", name="Show the job as it is now (drops your edits)").click()
+        expect(other.get_by_label("company", exact=True)).to_have_value("NORTHWIND TRADING LIMITED")
+        other.close()
+
+        # Unsaved: leaving by the bar asks; staying keeps the edit and the address.
+        page.get_by_label("total", exact=True).fill("12.34")
+        asked: list[str] = []
+
+        def answer(dialog: Any, accept: bool) -> None:
+            asked.append(dialog.message)
+            dialog.accept() if accept else dialog.dismiss()
+
+        page.once("dialog", lambda dialog: answer(dialog, False))
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+        expect(page.get_by_label("total", exact=True)).to_have_value("12.34")
+        assert asked == ["Your changes to this job are not saved. Leave it anyway?"]
+        assert page.url.endswith(f"#/jobs/{job['id']}")
+        # Back asks too; staying stays, going goes.
+        page.once("dialog", lambda dialog: answer(dialog, False))
+        page.go_back()
+        expect(page.get_by_label("total", exact=True)).to_have_value("12.34")
+        page.wait_for_url(re.compile(f"#/jobs/{job['id']}$"))
+        page.once("dialog", lambda dialog: answer(dialog, True))
+        page.go_back()
+        page.wait_for_url(re.compile(r"#/jobs$"))
+        page.get_by_role("heading", name="Jobs").wait_for()
+        assert len(asked) == 3

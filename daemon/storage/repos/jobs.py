@@ -38,8 +38,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from daemon.clock import utcnow
-from daemon.errors import Missing
+from daemon.clock import iso, utcnow
+from daemon.errors import Missing, Stale
 from daemon.jobs import transitions
 from daemon.jobs.models import (
     JOB_TYPE_EXTRACTION,
@@ -50,7 +50,7 @@ from daemon.jobs.models import (
     count_key,
     least_confidence,
 )
-from daemon.jobs.records import Job, JobRun, job_json, run_json
+from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
 from daemon.storage.database import Wake, as_utc, lock_rows, stamped_after, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
@@ -271,12 +271,22 @@ def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -
     return job
 
 
+def _check_version(job: Job, expected: str | None) -> None:
+    """Raises Stale when the caller read another version of `job` (its If-Match) than the
+    one it now changes: a reviewer's form made from an older one would undo what was written
+    since (another tab's correction, an approval)."""
+    if expected is not None and version_of(job) != expected:
+        raise Stale(f"The job changed since you read it (it is now at updatedAt {iso(job.updated_at)}): "
+                    "read it again")
+
+
 def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, Any], missing: list[str],
-                 now: dt.datetime) -> Job:
+                 now: dt.datetime, expected: str | None = None) -> Job:
     """Replace a COMPLETED job's result (validated by the caller, which found the required
-    values it still lacks: `missing`); the extracted one is kept. Raises Missing,
-    InvalidTransition."""
+    values it still lacks: `missing`); the extracted one is kept. `expected`: the version
+    (`version_of`) the caller read. Raises Missing, InvalidTransition, Stale."""
     job = _to_change(conn, job_id, user_id)
+    _check_version(job, expected)
     transitions.check_patch_result(job)
     now = stamped_after(job.updated_at, now)
     original = job.original_result if job.original_result is not None else job.result
@@ -289,11 +299,13 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     return job
 
 
-def approve_job(conn: Connection, job_id: str, owner_id: str | None, reviewer_id: str, now: dt.datetime) -> Job:
+def approve_job(conn: Connection, job_id: str, owner_id: str | None, reviewer_id: str, now: dt.datetime,
+                expected: str | None = None) -> Job:
     """Record that `reviewer_id` checked a COMPLETED, complete result (job.updated). The job
     must be `owner_id`'s (None: any user's, for an ADMIN). Approving again moves reviewedAt.
-    Raises Missing, InvalidTransition."""
+    `expected`: the version the reviewer saw. Raises Missing, InvalidTransition, Stale."""
     job = _to_change(conn, job_id, owner_id)
+    _check_version(job, expected)
     transitions.check_approve(job)
     now = stamped_after(job.updated_at, now)
     job = _update(conn, job_id, now, reviewed_at=now, reviewed_by=reviewer_id)

@@ -39,6 +39,11 @@ const main = document.getElementById("main");
 const bar = document.getElementById("bar");
 const notices = document.getElementById("notices");
 let current = null; // {controller} of the screen on show
+// The screen's question before it is left with work not saved (`ctx.onLeave`), or null; and
+// the address it is shown at, put back when the person stays.
+let leaving = null;
+let shownHash = location.hash;
+let shownAt = 0; // when the entry on show was first shown: history entries are in that order
 
 function match(path) {
   for (const [pattern, screen, title, needsUser, adminOnly] of ROUTES) {
@@ -104,12 +109,38 @@ async function signOut() {
   navigate("#/signin");
 }
 
+/** A move to another address (a link, Back, a screen's own): the screen on show may ask to stay. */
+function onHashChange() {
+  if (location.hash === shownHash) return;
+  const question = leaving && leaving();
+  if (question && !window.confirm(question)) {
+    // Stay: undo the move in the history (a link or Forward made a later entry, Back an
+    // earlier one); the hashchange that brings shownHash back is then ignored.
+    const at = history.state && history.state.at;
+    if (typeof at === "number" && at < shownAt) history.forward();
+    else history.back();
+    return;
+  }
+  route();
+}
+
+/** When this history entry was first shown (stamped in its state on the first visit). */
+function entryTime() {
+  if (!history.state || typeof history.state.at !== "number") {
+    history.replaceState({ ...(history.state || {}), at: performance.timeOrigin + performance.now() }, "");
+  }
+  return history.state.at;
+}
+
 async function route() {
   const [path, search] = (location.hash.replace(/^#/, "") || "/jobs").split("?");
   const found = match(path);
   if (current) current.controller.abort();
   const controller = new AbortController();
   current = { controller };
+  leaving = null;
+  shownHash = location.hash;
+  shownAt = entryTime();
   if (!found) {
     drawBar(api.user(), "/");
     fill(main, h("h1", {}, "Not found"), h("p", {}, "There is no such page. ", h("a", { href: "#/jobs" }, "Go to the jobs.")));
@@ -134,6 +165,8 @@ async function route() {
   const ctx = {
     user, signal: controller.signal, navigate, notify, path, pattern: found.pattern,
     query: new URLSearchParams(search ?? ""),
+    // `question()`: what to ask before the screen is left (its work not saved), or null to go.
+    onLeave: (question) => { if (!controller.signal.aborted) leaving = question; },
   };
   try {
     await found.screen.render(main, found.params, ctx);
@@ -146,5 +179,5 @@ async function route() {
 api.onSignedOut(() => {
   if (location.hash !== "#/signin" && location.hash !== "#/register") navigate("#/signin");
 });
-window.addEventListener("hashchange", route);
+window.addEventListener("hashchange", onHashChange);
 route();

@@ -596,6 +596,7 @@ export async function render(view, params, ctx) {
     const problems = h("div", { class: "error", role: "alert", hidden: true });
     const status = h("p", { class: "muted", "aria-live": "polite" });
     const complete = !job.resultMeta || job.resultMeta.complete !== false;
+    const save = h("button", { type: "submit", class: "primary" }, "Save");
     const approve = h("button", { type: "button", onclick: onApprove }, "Approve");
     const approveHint = h("p", { class: "hint muted" });
     const discard = h("button", { type: "button", onclick: () => { dirty = false; drawForm(); } }, "Discard changes");
@@ -608,33 +609,53 @@ export async function render(view, params, ctx) {
         : !complete ? "Fill in the missing values and save before approving." : "";
     }
 
-    async function onSave(event) {
-      event.preventDefault();
-      for (const el of form.querySelectorAll("[aria-invalid]")) setFieldError(el, null);
+    /** A write of the version on show (If-Match: its ETag is its updatedAt): refused (412) if
+     * the job changed since, in another tab or by another person, rather than undo that. One
+     * at a time: the buttons wait for the answer (a slow link sent two of each). */
+    async function write(method, url, json, done) {
       problems.hidden = true;
-      status.textContent = "Saving…";
+      save.disabled = approve.disabled = true;
       try {
-        job = await api.patch(`${path}/result`, { result: readResult() });
+        job = await api.request(method, url, { json, headers: { "If-Match": `"${job.updatedAt}"` } });
         dirty = false;
         drawSummary();
         drawForm();
-        ctx.notify("Saved.");
+        ctx.notify(done);
       } catch (error) {
         status.textContent = "";
-        showProblems(error);
+        if (error instanceof api.ApiError && error.status === 412) showStale();
+        else showProblems(error);
+        save.disabled = false;
+        updateButtons();
       }
     }
 
+    async function onSave(event) {
+      event.preventDefault();
+      for (const el of form.querySelectorAll("[aria-invalid]")) setFieldError(el, null);
+      status.textContent = "Saving…";
+      await write("PATCH", `${path}/result`, { result: readResult() }, "Saved.");
+    }
+
     async function onApprove() {
-      problems.hidden = true;
-      try {
-        job = await api.post(`${path}/approve`);
-        drawSummary();
-        drawForm();
-        ctx.notify("Approved.");
-      } catch (error) {
-        showProblems(error);
-      }
+      await write("POST", `${path}/approve`, {}, "Approved.");
+    }
+
+    function showStale() {
+      fill(problems,
+        h("p", {}, "Not saved: this job was changed elsewhere (another tab or another person) since you "
+          + "opened it. Your edits are still in the form."),
+        h("button", {
+          type: "button",
+          onclick: async () => {
+            job = await api.get(path);
+            dirty = false;
+            drawSummary();
+            drawForm();
+            ctx.notify("This is the job as it is now.");
+          },
+        }, "Show the job as it is now (drops your edits)"));
+      problems.hidden = false;
     }
 
     /** Each message that names a value ("result/total: 'x' is not of type 'number'") is
@@ -661,8 +682,7 @@ export async function render(view, params, ctx) {
     form = h("form", { novalidate: true, onsubmit: onSave, "aria-labelledby": "values-heading" },
       root.el,
       problems,
-      h("div", { class: "actions" },
-        h("button", { type: "submit", class: "primary" }, "Save"), discard, approve, status),
+      h("div", { class: "actions" }, save, discard, approve, status),
       approveHint);
     form.addEventListener("input", () => { dirty = true; updateButtons(); });
     form.addEventListener("focusin", (event) => { if (event.target.dataset && event.target.dataset.pointer) choose(event.target); });
@@ -681,9 +701,8 @@ export async function render(view, params, ctx) {
     }
   }
 
-  /** The next job of the queue; unsaved changes are not dropped without asking. */
+  /** The next job of the queue (unsaved changes are not dropped without asking: `ctx.onLeave`). */
   function nextJob() {
-    if (dirty && !window.confirm("Your changes are not saved. Open the next job anyway?")) return;
     goToNextJob(job, ctx).catch((error) => ctx.notify(error.message, "error"));
   }
 
@@ -697,7 +716,8 @@ export async function render(view, params, ctx) {
     choose(next);
   }
 
-  // Closing the tab or reloading with unsaved changes asks first.
+  // Going elsewhere in the console, closing the tab or reloading with unsaved changes asks first.
+  ctx.onLeave(() => (dirty ? "Your changes to this job are not saved. Leave it anyway?" : null));
   window.addEventListener("beforeunload", (event) => { if (dirty) event.preventDefault(); }, { signal: ctx.signal });
 
   document.addEventListener("keydown", (event) => {

@@ -5,7 +5,7 @@
 import * as api from "../api.js";
 import { field, fill, h } from "../dom.js";
 
-const CLOSED = "Registration is closed: an administrator creates accounts (Admin, or `docex users create`).";
+const CLOSED = "Registration is closed: an administrator creates accounts (`docex users create` on the server).";
 
 export async function render(view, params, ctx) {
   const settings = await api.get("/api/settings");
