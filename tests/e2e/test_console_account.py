@@ -95,13 +95,23 @@ def test_api_keys_sessions_and_administration(start_daemon: Callable[..., Any]) 
         expect(page.get_by_label("Role of Ann Admin")).to_be_disabled()
 
         bob_row.get_by_role("button", name="Disable Bob Builder").click()
+        expect(bob_row).to_contain_text("Their sessions and API keys stop working at once.")
+        bob_row.get_by_role("button", name="Yes, disable").click()
         expect(bob_row).to_contain_text("disabled")
         expect(figure("Disabled users")).to_have_text("1")
         assert httpx.get(url("/api/auth/me"), headers=bob).status_code == 401
         bob_row.get_by_role("button", name="Enable Bob Builder").click()
         expect(bob_row).to_contain_text("active")
 
+        # A role changes only when confirmed: an arrow key on the focused box made an admin at once.
+        page.get_by_label("Role of Bob Builder").focus()
+        page.keyboard.press("ArrowDown")
+        expect(bob_row).to_contain_text("Make Bob Builder an admin?")
+        bob_row.get_by_role("button", name="Cancel").click()
+        expect(page.get_by_label("Role of Bob Builder")).to_have_value("USER")
+        expect(figure("Admins")).to_have_text("1")
         page.get_by_label("Role of Bob Builder").select_option("ADMIN")
+        bob_row.get_by_role("button", name="Yes, change the role").click()
         expect(figure("Admins")).to_have_text("2")
         listed_users = httpx.get(url("/api/admin/users"), headers=ann).json()["data"]
         assert {u["email"]: (u["role"], u["disabled"]) for u in listed_users} == {

@@ -4,6 +4,7 @@
 
 import * as api from "../api.js";
 import { badge, fill, h, select, table, uid, when } from "../dom.js";
+import { confirmButton } from "../widgets.js";
 
 // Names for the figures /api/admin/stats gives; a figure added later shows under its key.
 const FIGURES = {
@@ -43,26 +44,38 @@ export async function render(view, params, ctx) {
 
   function roleControl(user) {
     const self = user.id === ctx.user.id;
+    const question = h("span", { class: "confirm" });
     const control = select([["USER", "User"], ["ADMIN", "Admin"]], {
       id: uid("role"),
       value: user.role,
       // The API refuses an admin demoting themselves (409): offer no such choice.
       disabled: self,
       title: self ? "You cannot change your own role" : null,
-      onchange: (event) => change(user, { role: event.target.value }),
+      // Asked first: an arrow key on a focused select changes it (and made an admin at once).
+      onchange: () => {
+        const role = control.value;
+        const cancel = () => { control.value = user.role; fill(question); control.focus(); };
+        fill(question,
+          h("span", { class: "question", role: "alert" }, role === "ADMIN"
+            ? `Make ${user.name} an admin? Admins manage every account.` : `Make ${user.name} a user?`),
+          h("button", { type: "button", class: "primary", onclick: () => change(user, { role }) }, "Yes, change the role"),
+          h("button", { type: "button", onclick: cancel }, "Cancel"));
+      },
     });
     // The column heading says "Role" to the eye; the label names the user for a screen reader.
-    return [h("label", { for: control.id, class: "visually-hidden" }, `Role of ${user.name}`), control];
+    return [h("label", { for: control.id, class: "visually-hidden" }, `Role of ${user.name}`), control, question];
   }
 
   function accessButton(user) {
     if (user.id === ctx.user.id) return h("span", { class: "muted" }, "you");
-    const disable = !user.disabled;
-    return h("button", {
-      type: "button", class: disable ? "danger" : null,
-      "aria-label": `${disable ? "Disable" : "Enable"} ${user.name}`,
-      onclick: (event) => { event.target.disabled = true; change(user, { disabled: disable }); },
-    }, disable ? "Disable" : "Enable");
+    if (user.disabled) {
+      return h("button", {
+        type: "button", "aria-label": `Enable ${user.name}`,
+        onclick: (event) => { event.target.disabled = true; change(user, { disabled: false }); },
+      }, "Enable");
+    }
+    return confirmButton("Disable", `Disable ${user.name}? Their sessions and API keys stop working at once.`,
+      () => change(user, { disabled: true }), { danger: true, label: `Disable ${user.name}` });
   }
 
   async function refreshUsers() {
