@@ -301,3 +301,59 @@ def test_try_a_schema_on_a_file(start_daemon: Callable[..., Any], tmp_path: Path
         expect(page).to_have_url(re.compile(f"#/jobs/{job['id']}$"))
         expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Schemas")).not_to_have_attribute(
             "aria-current", "page")
+
+
+def test_what_corrections_taught_is_shown_marked_and_can_be_forgotten(start_daemon: Callable[..., Any]) -> None:
+    """Learning was invisible in the console: a learned value was not marked (its evidence
+    read otherwise), no screen listed what was learned, and a wrong correction could not be
+    forgotten without curl. Leaving the schema editor with changes dropped them silently."""
+    # The name printed with a letter misread, as OCR does: a person corrects it once.
+    receipt = (b"KEDAI RUNCIT MAJU JAVA SDN BHD\nCo. Reg. No. 123456-K\nNO. 12, JALAN MAWAR 3, 43000 KAJANG\n"
+               b"Receipt No: R-1001\nDate: 03/02/2025\nTOTAL 12.50\n")
+    with open_console(start_daemon) as console:
+        page = console.page
+        console.register("Ann Admin", "ann@example.com")
+        token = console.api_token("ann@example.com")
+        auth = {"Authorization": f"Bearer {token}"}
+        definition = {"type": "object", "properties": {"company": {"type": "string"}, "total": {"type": "number"}}}
+        schema_id = httpx.post(console.daemon.url("/api/schemas"), headers=auth,
+                               json={"name": "Receipts", "definition": definition}).json()["id"]
+
+        def upload() -> dict[str, Any]:
+            created = httpx.post(console.daemon.url("/api/jobs"), headers=auth,
+                                 data={"type": "EXTRACTION", "schemaId": schema_id},
+                                 files={"file": ("receipt.txt", receipt, "text/plain")}).json()
+            from console_browser import wait_for_job_status
+            return wait_for_job_status(token, console.daemon, created["id"], {"COMPLETED", "FAILED"})
+
+        first = upload()
+        corrected = {**first["result"], "company": "KEDAI RUNCIT MAJU JAYA SDN BHD"}
+        assert httpx.patch(console.daemon.url(f"/api/jobs/{first['id']}/result"), headers=auth,
+                           json={"result": corrected}).status_code == 200
+        second = upload()
+        assert second["result"]["company"] == "KEDAI RUNCIT MAJU JAYA SDN BHD"
+        assert second["resultMeta"]["fields"]["/company"]["learnedFrom"]
+
+        console.goto(f"#/jobs/{second['id']}")
+        field = page.locator(".field", has=page.get_by_label("company", exact=True))
+        expect(field.get_by_text("learned", exact=True)).to_be_visible()
+        expect(field.get_by_text(re.compile(r"^page 1 reads:"))).to_be_visible()
+        console.shot("review-learned-value")
+
+        console.goto(f"#/schemas/{schema_id}")
+        examples = page.get_by_role("region", name="Learned from corrections")
+        expect(examples.get_by_role("table")).to_contain_text("KEDAI RUNCIT MAJU JAYA SDN BHD")
+        console.shot("schema-learned-examples")
+        examples.get_by_role("button", name=re.compile("^Forget the example of job")).click()
+        examples.get_by_role("button", name="Yes, forget").click()
+        expect(examples.get_by_text("Nothing learned yet")).to_be_visible()
+        listed = httpx.get(console.daemon.url(f"/api/schemas/{schema_id}/examples"), headers=auth).json()["data"]
+        assert listed == []
+
+        # Unsaved changes to the schema are not dropped without asking.
+        label(page, "Name").fill("Receipts (renamed)")
+        asked: list[str] = []
+        page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+        expect(label(page, "Name")).to_have_value("Receipts (renamed)")
+        assert asked == ["Your changes to this schema are not saved. Leave anyway?"]

@@ -90,6 +90,16 @@ function parseNumber(text) {
 
 /** What a value's evidence says: its confidence, and whether it is doubtful (under the
  * threshold and not changed by a person: a corrected value is certain, as for the queue). */
+/** A value read with what corrections of its issuer taught (README "Learning from
+ * corrections"): it may differ from what the page reads, as a person confirmed it. */
+function learnedMark(evidence) {
+  const n = evidence.learnedExamples ?? 1;
+  const mark = badge("learned", "ok");
+  mark.title = `Read as ${n === 1 ? "a confirmed result" : `${n} confirmed results`} of this issuer taught `
+    + `(example ${evidence.learnedFrom}; the schema's screen lists and forgets them)`;
+  return mark;
+}
+
 function doubtOf(look, evidencePointer) {
   const evidence = look.evidence[evidencePointer];
   if (!evidence || typeof evidence.confidence !== "number") return null;
@@ -172,8 +182,10 @@ function buildNode(schema, pointer, label, value, required, look, evidencePointe
     look.missing.has(pointer) ? badge("missing", "bad") : null,
     doubt && doubt.low ? badge(`low confidence ${formatConfidence(doubt.confidence)}`, "low") : null,
     doubt && !doubt.low ? h("span", { class: "muted" }, `confidence ${formatConfidence(doubt.confidence)}`) : null,
+    evidence && evidence.learnedFrom ? learnedMark(evidence) : null,
     evidence && evidence.text ? h("span", { class: "muted evidence" },
-      `read on page ${evidence.page ?? "?"}: “`, h("span", { class: "read" }, evidence.text), "”") : null,
+      evidence.learnedFrom ? `page ${evidence.page ?? "?"} reads: “` : `read on page ${evidence.page ?? "?"}: “`,
+      h("span", { class: "read" }, evidence.text), "”") : null,
   ];
   wrapper.insertBefore(h("div", { class: "field-meta" }, marks), el);
   if (look.original !== null) {

@@ -446,6 +446,7 @@ async function renderEditor(view, id, ctx) {
         return;
       }
       ctx.notify(`Saved ${result.name}.`);
+      dirty = false;
       if (!saved) { ctx.navigate(`#/schemas/${encodeURIComponent(result.id)}`); return; }
       Object.assign(saved, result);
       heading.textContent = `Schema: ${result.name}`;
@@ -493,9 +494,57 @@ async function renderEditor(view, id, ctx) {
         field("Example result (JSON)", exampleInput),
         h("div", { class: "actions" }, exampleButton)),
       h("div", { class: "actions" }, saveButton)),
-    saved ? tryPanel(saved, ctx) : null);
+    saved ? tryPanel(saved, ctx) : null,
+    saved ? examplesPanel(saved, ctx) : null);
   redraw();
   showMode("fields");
+  // Leaving with changes not saved asks first (a link in the bar dropped them silently).
+  let dirty = false;
+  for (const kind of ["input", "change"]) view.querySelector("form.schema-editor").addEventListener(kind, () => { dirty = true; });
+  ctx.onLeave(() => (dirty ? "Your changes to this schema are not saved. Leave anyway?" : null));
+  window.addEventListener("beforeunload", (event) => { if (dirty) event.preventDefault(); }, { signal: ctx.signal });
+}
+
+// --- what corrections taught ------------------------------------------------------------
+
+/** The learned examples of the schema (README "Learning from corrections"), each with the
+ * values it confirmed and a way to forget it: a wrong correction otherwise kept teaching. */
+function examplesPanel(schema, ctx) {
+  const base = `/api/schemas/${encodeURIComponent(schema.id)}/examples`;
+  const area = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+
+  function confirmed(example) {
+    return h("dl", { class: "values" }, Object.entries(example.fields).map(([pointer, lesson]) => [
+      h("dt", {}, pointer.slice(1)),
+      h("dd", {}, String(lesson.value), lesson.constant ? [" ", badge("printed the same on each")] : null),
+    ]));
+  }
+
+  async function refresh() {
+    const examples = await api.all(base);
+    if (ctx.signal.aborted) return;
+    fill(area, table([
+      ["Job", (e) => h("a", { href: `#/jobs/${encodeURIComponent(e.jobId)}` }, shortJob(e.jobId))],
+      ["Values it confirmed", (e) => confirmed(e)],
+      ["Learned", (e) => when(e.createdAt)],
+      ["", (e) => confirmButton("Forget", "Forget this example? Later documents are read without it.", async () => {
+        await api.del(`${base}/${encodeURIComponent(e.id)}`);
+        ctx.notify("Forgotten.");
+        await refresh();
+      }, { danger: true, label: `Forget the example of job ${e.jobId}` })],
+    ], examples, { caption: "Examples, newest first", empty: "Nothing learned yet: correct or approve a job of this schema." }));
+  }
+  refresh().catch((error) => fill(area, h("p", { class: "error", role: "alert" }, error.message)));
+
+  return h("section", { class: "card", "aria-labelledby": "examples-heading" },
+    h("h2", { id: "examples-heading" }, "Learned from corrections"),
+    h("p", { class: "muted" }, "Each corrected or approved job teaches how its issuer's documents read; the "
+      + "next document of that issuer is read with it first (its values are marked “learned”)."),
+    area);
+}
+
+function shortJob(id) {
+  return `…${String(id).slice(-8)}`;
 }
 
 // --- try on a file ---------------------------------------------------------------------
