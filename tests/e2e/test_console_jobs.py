@@ -80,6 +80,16 @@ def test_register_upload_watch_and_sign_out(start_daemon: Callable[..., Any], tm
         page.get_by_role("button", name="Upload").click()
         page.get_by_role("link", name="dropped.txt").wait_for()
 
+        # The jobs a schema's filter shows download as a spreadsheet (the console had no export).
+        expect(page.get_by_text("Filter by a schema to export its jobs")).to_be_visible()
+        page.get_by_label("Filter by schema").select_option(label="receipt")
+        page.get_by_role("link", name="dropped.txt").wait_for()
+        with page.expect_download() as download:
+            page.get_by_role("button", name="Export CSV").click()
+        assert download.value.suggested_filename == "docex-jobs.csv"
+        exported = Path(download.value.path()).read_text(encoding="utf-8")
+        assert "dropped.txt" in exported and "northwind.pdf" in exported
+
         # Filters narrow the list: nothing failed.
         page.get_by_label("Filter by status").select_option("FAILED")
         page.get_by_text("No jobs match.").wait_for()
@@ -107,3 +117,16 @@ def test_register_upload_watch_and_sign_out(start_daemon: Callable[..., Any], tm
         page.get_by_role("heading", name="Jobs").wait_for()
         stored = page.evaluate("() => JSON.stringify([{...localStorage}, {...sessionStorage}])")
         assert token not in stored and "eyJ" not in stored
+
+
+def test_a_daemon_that_cannot_be_reached_is_said_in_words(start_daemon: Callable[..., Any]) -> None:
+    """Every screen said only the browser's "Failed to fetch"."""
+    with open_console(start_daemon) as console:
+        page = console.page
+        console.register("Ann Admin", "ann@example.com")
+        page.route("**/api/jobs?*", lambda route: route.abort())
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Schemas").click()
+        page.get_by_role("heading", name="Schemas").wait_for()
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+        expect(page.get_by_role("alert")).to_have_text("docex cannot be reached (is it running?). Try again.")
+        page.unroute("**/api/jobs?*")

@@ -462,14 +462,24 @@ def test_two_tabs_on_one_job_do_not_undo_each_other_and_unsaved_work_is_not_left
             asked.append(dialog.message)
             dialog.accept() if accept else dialog.dismiss()
 
+        def asked_times(count: int) -> None:
+            # The question comes after the click has returned (the address changes, then it is asked).
+            for _ in range(200):
+                if len(asked) >= count:
+                    return
+                page.wait_for_timeout(50)
+            raise AssertionError(f"asked {len(asked)} times, not {count}")
+
         page.once("dialog", lambda dialog: answer(dialog, False))
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+        asked_times(1)
         expect(page.get_by_label("total", exact=True)).to_have_value("12.34")
         assert asked == ["Your changes to this job are not saved. Leave it anyway?"]
         assert page.url.endswith(f"#/jobs/{job['id']}")
         # Back asks too; staying stays, going goes.
         page.once("dialog", lambda dialog: answer(dialog, False))
         page.go_back()
+        asked_times(2)
         expect(page.get_by_label("total", exact=True)).to_have_value("12.34")
         page.wait_for_url(re.compile(f"#/jobs/{job['id']}$"))
         page.once("dialog", lambda dialog: answer(dialog, True))

@@ -355,5 +355,9 @@ def test_what_corrections_taught_is_shown_marked_and_can_be_forgotten(start_daem
         asked: list[str] = []
         page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
         page.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs").click()
+        for _ in range(200):  # the question comes after the click has returned
+            if asked:
+                break
+            page.wait_for_timeout(50)
         expect(label(page, "Name")).to_have_value("Receipts (renamed)")
         assert asked == ["Your changes to this schema are not saved. Leave anyway?"]

@@ -132,7 +132,14 @@ export async function request(method, path, { json, form, query, headers = {}, r
     } else if (form) {
       body = form;
     }
-    const response = await fetch(url, { method, headers: sent, body, credentials: "same-origin" });
+    let response;
+    try {
+      response = await fetch(url, { method, headers: sent, body, credentials: "same-origin" });
+    } catch {
+      // The browser's own words ("Failed to fetch") said nothing of what happened.
+      throw new ApiError(0, { message: method === "GET" ? "docex cannot be reached (is it running?). Try again."
+        : "docex cannot be reached (is it running?): this was not done. Try again." });
+    }
     if (response.status === 401 && attempt === 0 && (await restore())) continue;
     if (response.status === 401) forget();
     if (!response.ok) throw await readError(response);
@@ -159,6 +166,17 @@ export async function all(path, query = {}) {
     cursor = page.nextCursor;
   } while (cursor);
   return items;
+}
+
+/** Save what `path` answers as a file (an export): a link cannot carry the token. */
+export async function download(path, query, fileName) {
+  const response = await request("GET", path, { query, raw: true });
+  const url = URL.createObjectURL(await response.blob());
+  const link = Object.assign(document.createElement("a"), { href: url, download: fileName });
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60_000);
 }
 
 /** A URL for an image the API serves to signed-in users only (an <img src> carries no

@@ -170,6 +170,13 @@ async function route() {
   };
   try {
     await found.screen.render(main, found.params, ctx);
+    // Where the new screen starts, for the keyboard and a screen reader (focus fell to the
+    // page's body when the bar was drawn again); unless the screen put it somewhere itself.
+    const heading = main.querySelector("h1");
+    if (heading && !controller.signal.aborted && (!document.activeElement || document.activeElement === document.body)) {
+      heading.tabIndex = -1;
+      heading.focus({ preventScroll: true });
+    }
   } catch (error) {
     if (controller.signal.aborted) return;
     fill(main, h("h1", {}, found.title), h("p", { class: "error", role: "alert" }, error.message));

@@ -157,13 +157,40 @@ export async function render(view, params, ctx) {
       }, "Next page"));
   }
 
+  // The jobs the filters show, as a spreadsheet (its columns are the schema's fields).
+  const exportArea = h("p", { class: "actions export" });
+  function drawExport() {
+    if (!filters.schemaId) {
+      fill(exportArea, h("span", { class: "muted" }, "Filter by a schema to export its jobs as CSV or XLSX."));
+      return;
+    }
+    const save = (format) => h("button", {
+      type: "button",
+      onclick: async (event) => {
+        event.target.disabled = true;
+        try {
+          const query = { ...filters, format };
+          await api.download("/api/jobs/export", query, `docex-jobs.${format}`);
+        } catch (error) {
+          ctx.notify(error.message, "error");
+        } finally {
+          event.target.disabled = false;
+        }
+      },
+    }, `Export ${format.toUpperCase()}`);
+    fill(exportArea, save("csv"), save("xlsx"), h("span", { class: "muted" }, "every job the filters show"));
+  }
+
+  let asked = 0; // the latest list asked for: an older answer that comes later is dropped
   async function refresh() {
     const cursor = cursors[cursors.length - 1];
+    const mine = ++asked;
     const [page, run] = await Promise.all([
       api.get("/api/jobs", { ...filters, limit: PAGE_SIZE, cursor }),
       watchedRun && watchedRun.status === "RUNNING" ? api.get(`/api/job-runs/${watchedRun.id}`) : null,
     ]);
-    if (ctx.signal.aborted) return;
+    if (ctx.signal.aborted || mine !== asked) return;
+    drawExport();
     lastPage = page;
     if (run) { watchedRun = run; drawRun(); }
     drawList(page);
@@ -182,6 +209,7 @@ export async function render(view, params, ctx) {
       h("div", { class: "filters" },
         field("Filter by status", statusFilter), field("Filter by schema", schemaFilter),
         field("Filter by run", runFilter)),
+      exportArea,
       listArea, pager));
   await refresh();
 

@@ -609,7 +609,7 @@ export async function render(view, params, ctx) {
     const status = h("p", { class: "muted", "aria-live": "polite" });
     const complete = !job.resultMeta || job.resultMeta.complete !== false;
     const save = h("button", { type: "submit", class: "primary" }, "Save");
-    const approve = h("button", { type: "button", onclick: onApprove }, "Approve");
+    const approve = h("button", { type: "button", onclick: onApprove }, job.reviewedAt ? "Approve again" : "Approve");
     const approveHint = h("p", { class: "hint muted" });
     const discard = h("button", { type: "button", onclick: () => { dirty = false; drawForm(); } }, "Discard changes");
     const lowCount = Object.keys(look.evidence).filter((p) => (doubtOf(look, p) || {}).low).length;
@@ -747,6 +747,7 @@ export async function render(view, params, ctx) {
 
   drawSummary();
   drawForm();
+  document.title = `Review ${job.fileName ?? job.id} · docex`; // tabs of several jobs told apart
   fill(view,
     h("h1", {}, `Review ${job.fileName ?? job.id}`),
     summary,
