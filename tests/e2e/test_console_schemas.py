@@ -361,3 +361,23 @@ def test_what_corrections_taught_is_shown_marked_and_can_be_forgotten(start_daem
             page.wait_for_timeout(50)
         expect(label(page, "Name")).to_have_value("Receipts (renamed)")
         assert asked == ["Your changes to this schema are not saved. Leave anyway?"]
+
+
+def test_a_new_schema_can_be_made_by_pasting_json_schema(start_daemon: Callable[..., Any]) -> None:
+    """The JSON tab of a new schema refused to open until a field of the form had a name."""
+    with open_console(start_daemon) as console:
+        page = console.page
+        console.register("Ann Admin", "ann@example.com")
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Schemas").click()
+        page.get_by_role("button", name="New schema").click()
+        page.get_by_role("heading", name="New schema").wait_for()
+        label(page, "Name").fill("Pasted")
+        page.get_by_role("tab", name="JSON Schema").click()
+        box = label(page, "JSON Schema definition")
+        expect(box).to_be_visible()
+        assert json.loads(box.input_value()) == {"type": "object", "properties": {}}
+        box.fill(json.dumps(RECEIPT_DEFINITION))
+        page.get_by_role("button", name="Save").click()
+        page.get_by_role("heading", name="Schema: Pasted").wait_for()
+        [saved] = schemas(console, console.api_token("ann@example.com"))
+        assert saved["definition"]["properties"].keys() == RECEIPT_DEFINITION["properties"].keys()

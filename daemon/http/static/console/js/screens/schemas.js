@@ -362,7 +362,10 @@ async function renderEditor(view, id, ctx) {
     showProblems(problem, []);
     try {
       if (next === "json") {
-        const definition = await fieldsToDefinition();
+        // A form with no field named yet (a new schema) is nothing to convert: an empty
+        // definition to paste one over (it was refused: "Field 1 name should not be empty").
+        const untouched = fields.every((f) => !String(f.name ?? "").trim() && !f.fields);
+        const definition = untouched ? { type: "object", properties: {} } : await fieldsToDefinition();
         if (!definition) return;
         jsonInput.value = JSON.stringify(definition, null, 2);
         setFieldError(jsonInput, null);
