@@ -487,3 +487,29 @@ def test_two_tabs_on_one_job_do_not_undo_each_other_and_unsaved_work_is_not_left
         page.wait_for_url(re.compile(r"#/jobs$"))
         page.get_by_role("heading", name="Jobs").wait_for()
         assert len(asked) == 3
+
+
+def test_a_long_value_is_edited_whole_in_a_box_of_several_lines(start_daemon: Callable[..., Any],
+                                                                tmp_path: Path) -> None:
+    """A 5,000-character value, or an address, showed 70 characters of itself in a one-line box."""
+    pdf = write_receipt_pdf(tmp_path / "northwind.pdf")
+    with open_console(start_daemon) as console:
+        page = console.page
+        console.register("Ann Admin", "ann@example.com")
+        token = console.api_token("ann@example.com")
+        job = _upload(console, token, _receipt_schema(console, token), pdf, "application/pdf")
+        long_name = "NORTHWIND TRADING LIMITED, A MEMBER OF THE NORTHWIND GROUP OF COMPANIES (MALAYSIA) " * 3
+        fixed = httpx.patch(console.daemon.url(f"/api/jobs/{job['id']}/result"),
+                            headers={"Authorization": f"Bearer {token}"},
+                            json={"result": {**job["result"], "company": long_name.strip()}})
+        assert fixed.status_code == 200, fixed.text
+        console.goto(f"#/jobs/{job['id']}")
+        company = page.get_by_label("company", exact=True)
+        expect(company).to_have_value(long_name.strip())
+        assert company.evaluate("el => el.tagName") == "TEXTAREA"
+        assert company.evaluate("el => el.scrollHeight <= el.clientHeight + 2"), "the value does not show whole"
+        company.fill("NORTHWIND TRADING LIMITED")
+        page.get_by_role("button", name="Save").click()
+        expect(page.get_by_text("Not approved yet.")).to_be_visible()
+        page.get_by_role("button", name="Approve").wait_for()
+        assert _api_job(console, token, job["id"])["result"]["company"] == "NORTHWIND TRADING LIMITED"

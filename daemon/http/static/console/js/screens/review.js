@@ -114,6 +114,9 @@ function formatConfidence(confidence) {
 
 /** The text input (or select) of one value; `read()` gives the value to save, or undefined
  * for "no value". */
+// A string value longer than this (or with a line break) is edited in a box of several lines.
+const LONG_TEXT = 60;
+
 function control(schema, pointer, value, props) {
   const type = typeOf(schema, value);
   let el;
@@ -137,6 +140,12 @@ function control(schema, pointer, value, props) {
       if (!text) return undefined;
       try { return JSON.parse(text); } catch { return text; }
     };
+  } else if (type === "string" && typeof value === "string" && (value.length > LONG_TEXT || value.includes("\n"))) {
+    // An address, a note: shown whole in a box that grows with it, not cut to one line.
+    el = h("textarea", { ...props, rows: Math.min(8, Math.ceil(value.length / LONG_TEXT) + value.split("\n").length - 1),
+      spellcheck: "false", class: "long-value" });
+    el.value = value;
+    read = () => (el.value === "" ? (value === "" ? value : undefined) : el.value);
   } else {
     const numeric = type === "number" || type === "integer";
     el = h("input", {
