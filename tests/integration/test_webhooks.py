@@ -245,7 +245,7 @@ async def test_disable_and_re_enable_by_patch(client: Any, services: Any, alice:
     created = await create(client, alice)
     url = f"/api/webhooks/{created['id']}"
     off = await call(client, "patch", url, alice, 200, json={"enabled": False})
-    assert off["enabled"] is False and off["disabledReason"] == "Disabled with PATCH {enabled: false}"
+    assert off["enabled"] is False and off["disabledReason"] == "Disabled by its owner (enabled: false)"
     await services.db.run(lambda c: c.execute(webhook_endpoints.update().values(
         consecutive_dead_deliveries=5, disabled_reason="Disabled automatically after 5 ...")))
     on = await call(client, "patch", url, alice, 200, json={"enabled": True})

@@ -37,7 +37,7 @@ from daemon.webhooks.records import ClaimedDelivery, Delivery, DeliveryAttempt, 
 
 # Columns a PATCH may change.
 UPDATABLE = frozenset({"url", "description", "delivery_mode", "events", "body_format", "custom_headers", "enabled"})
-DISABLED_BY_USER = "Disabled with PATCH {enabled: false}"
+DISABLED_BY_USER = "Disabled by its owner (enabled: false)"
 
 
 # --- endpoints ---------------------------------------------------------------------------
