@@ -77,9 +77,16 @@ export function navigate(hash) {
 
 /** A short message in the notice area (read out by screen readers). */
 export function notify(message, kind = "info") {
+  if (kind === "error") {
+    // Said at once (an alert), and kept until read: it vanished after 8 s, over the form.
+    const notice = h("p", { class: "notice notice-error", role: "alert" }, message, " ",
+      h("button", { type: "button", class: "link", onclick: () => notice.remove() }, "Dismiss"));
+    notices.append(notice);
+    return;
+  }
   const notice = h("p", { class: `notice notice-${kind}` }, message);
   notices.append(notice);
-  setTimeout(() => notice.remove(), kind === "error" ? 8000 : 4000);
+  setTimeout(() => notice.remove(), 4000);
 }
 
 function drawBar(user, pattern) {
