@@ -47,6 +47,14 @@ def html_quadratic(path: Path, cells: int = 4000) -> Path:
     return path
 
 
+def labels_over_amounts(path: Path, repeats: int = 4000) -> Path:
+    """Two lines of `repeats` "Total 1.00" each: every label read the whole line below it
+    (a 14 KB PDF of such lines held a parser for its whole timeout)."""
+    line = "Total 1.00 " * repeats
+    path.write_text(f"{line}\n{line}\n")
+    return path
+
+
 def html_deep(path: Path, depth: int = 20_000) -> Path:
     """Elements and tables nested `depth` deep, never closed, with text at every level."""
     path.write_text("<html><body>" + "<div><span>Total 1.00" * depth + "<table><tr><td>x" * depth)
@@ -326,6 +334,8 @@ HOSTILE: tuple[Hostile, ...] = (
     Hostile("pdf-broken", pdf_broken, "pdf", "CORRUPTED_FILE"),
     Hostile("html-quadratic", lambda p: html_quadratic(p, 4000), "html", "COMPLETED",
             lambda p: html_quadratic(p, 20_000)),
+    Hostile("labels-over-amounts", lambda p: labels_over_amounts(p, 4000), "txt", "COMPLETED",
+            lambda p: labels_over_amounts(p, 20_000)),
     Hostile("html-deep", lambda p: html_deep(p, 5000), "html", "COMPLETED",
             lambda p: html_deep(p, 50_000)),
     Hostile("utf16-text", utf16_text, "txt", "COMPLETED"),

@@ -10,6 +10,7 @@ between label and value that qualify the label the wrong way ("Total *HT*",
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -35,6 +36,9 @@ _BELOW_LINES = 4
 # the square of its length. A row of amounts after a total label has a handful.
 _CELLS_RIGHT = 16
 _CELL_REACH = 200
+# Labels of one field read per line: a line has a handful; one of hundreds ("Total 1.00"
+# five hundred times, 900 such lines in a 14 KB PDF) is no document's, and each costs a read.
+_LABELS_PER_LINE = 20
 # A reference number (four digits or more) between a label and a date.
 _REFERENCE = re.compile(r"\d{4,}")
 # A word followed by 's names its owner, not a value: "the Company's approval".
@@ -76,7 +80,8 @@ class LabelReader:
                 return ref.cell_at(start) == ref.cell_at(end - 1)
 
             ocr = self.layout.pages[ref.page].page.ocr
-            for start, end, _, weight, exact in labels.index.find(ref.folded, ref.tokens, one_cell, fuzzy=ocr):
+            found = labels.index.find(ref.folded, ref.tokens, one_cell, fuzzy=ocr)
+            for start, end, _, weight, exact in itertools.islice(found, _LABELS_PER_LINE):
                 yield ref, start, end, weight if exact else 0.9 * weight
 
     def _lines_with(self, index: LabelIndex) -> list[LineRef]:
@@ -259,7 +264,7 @@ class LabelReader:
                 other = line_words[index]
                 if other.x0 > x1 + slack:
                     break
-                s, e = below.cell_span(index)
+                s, e = _under(below, index, other, x0)
                 values = self.values_in(query, below.text[s:e])
                 if kind is ValueKind.DATE:
                     values = [v for v in values if self.date_context_ok(query, below, s + v.start)]
@@ -336,3 +341,22 @@ def _strip_spans(text: str, start: int, end: int, spans: list[tuple[int, int]]) 
         for i in range(max(s, start), min(e, end)):
             chars[i - start] = " "
     return "".join(chars)
+
+
+def _under(below: LineRef, index: int, cell: Word, x: float) -> tuple[int, int]:
+    """The span of cell `index` of `below` a label at `x` reads: the whole cell, or of a cell
+    longer than _CELL_REACH (a paragraph, a line of a thousand amounts) only the part under
+    the label, widened to whole words. Every label of the line above read all of it: two
+    lines of 500 "Total 1.00" each (14 KB of PDF) held a parser for its whole timeout."""
+    s, e = below.cell_span(index)
+    if e - s <= _CELL_REACH:
+        return s, e
+    share = min(1.0, max(0.0, (x - cell.x0) / max(cell.x1 - cell.x0, 1e-9)))
+    middle = s + round(share * (e - s))
+    start, end = max(s, middle - _CELL_REACH // 2), min(e, middle + _CELL_REACH // 2)
+    text = below.text
+    while start > s and not text[start - 1].isspace() and middle - start < _CELL_REACH:
+        start -= 1
+    while end < e and not text[end].isspace() and end - middle < _CELL_REACH:
+        end += 1
+    return start, end
