@@ -231,6 +231,11 @@ def _evidence(document: Document, schema: dict[str, Any], output: ProviderOutput
 async def in_worker(fn: Callable[..., T | Failure], *args: Any, timeout_s: float = math.inf) -> T:
     """Run `fn(*args)` in a worker process; a `Failure` it returns is raised here.
 
+    At most trio-parallel's default number of documents (one per CPU) are read at once, by
+    jobs and page pictures alike; `timeout_s` counts from when a process is this call's:
+    waiting for one behind slow documents is not reading this one (it failed with a
+    PARSE_TIMEOUT that said "took longer", its document never read).
+
     Raises:
         PermanentJobError: the failure's code; PARSE_TIMEOUT after `timeout_s`
             (the worker process is killed, and trio-parallel starts another for
@@ -238,14 +243,17 @@ async def in_worker(fn: Callable[..., T | Failure], *args: Any, timeout_s: float
             crash on hostile bytes, or a library that aborts on a failed
             allocation under ``extraction.max_memory``).
     """
-    with trio.move_on_after(timeout_s) as deadline:
-        try:
-            outcome: T | Failure = await trio_parallel.run_sync(fn, *args, kill_on_cancel=True)
-        except trio_parallel.BrokenWorkerError as exc:
-            log.error("parser worker died", extra={"action": "extraction.worker_died"})
-            raise PermanentJobError(
-                "PARSE_FAILED", "the parser process died while reading the document (a crash of its "
-                "library, or memory refused under extraction.max_memory)") from exc
+    async with trio_parallel.current_default_worker_limiter():
+        with trio.move_on_after(timeout_s) as deadline:
+            try:
+                # The slot is held already: this call must not wait for a second one.
+                outcome: T | Failure = await trio_parallel.run_sync(fn, *args, kill_on_cancel=True,
+                                                                    limiter=_SLOT_HELD)
+            except trio_parallel.BrokenWorkerError as exc:
+                log.error("parser worker died", extra={"action": "extraction.worker_died"})
+                raise PermanentJobError(
+                    "PARSE_FAILED", "the parser process died while reading the document (a crash of its "
+                    "library, or memory refused under extraction.max_memory)") from exc
     if deadline.cancelled_caught:
         log.warning("parser killed after %gs", timeout_s, extra={"action": "extraction.parse_timeout"})
         raise PermanentJobError(
@@ -257,6 +265,10 @@ async def in_worker(fn: Callable[..., T | Failure], *args: Any, timeout_s: float
                       extra={"action": "extraction.parser_error", "traceback": outcome.detail})
         raise PermanentJobError(outcome.code, outcome.message)
     return outcome
+
+
+# What `in_worker` gives trio-parallel once it holds one of its default slots.
+_SLOT_HELD = trio.CapacityLimiter(math.inf)
 
 
 _INSTALL = {"tesseract": "install the tesseract-ocr package",

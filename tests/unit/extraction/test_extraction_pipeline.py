@@ -92,6 +92,41 @@ async def test_cancelling_a_job_kills_its_worker() -> None:
     assert time.monotonic() - started < 10
 
 
+def _quick() -> str:
+    return "read"
+
+
+async def test_waiting_for_a_parser_process_is_not_reading_time() -> None:
+    """The deadline ran while the call waited for a process behind slow documents: a file
+    read in a moment failed PARSE_TIMEOUT ("took longer than parse_timeout") unread."""
+    import trio_parallel
+
+    limiter = trio_parallel.current_default_worker_limiter()
+    holders_done = trio.Event()
+
+    async def hold_every_slot() -> None:  # as documents being read do
+        async with trio.open_nursery() as holders:
+            for _ in range(int(limiter.total_tokens)):
+                holders.start_soon(_hold, limiter, holders_done)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold_every_slot)
+        await trio.sleep(0.1)
+        assert limiter.available_tokens == 0
+        nursery.start_soon(_release_after, holders_done, 1.5)
+        assert await in_worker(_quick, timeout_s=1.0) == "read"
+
+
+async def _hold(limiter: trio.CapacityLimiter, done: trio.Event) -> None:
+    async with limiter:
+        await done.wait()
+
+
+async def _release_after(done: trio.Event, seconds: float) -> None:
+    await trio.sleep(seconds)
+    done.set()
+
+
 async def test_a_job_does_not_look_for_the_ocr_engine(make_doc: Callable[..., Path],
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     # The daemon looks at start and on SIGHUP (tests/unit/test_reload.py), not once per job.
