@@ -9,6 +9,7 @@ is on disk.
 from __future__ import annotations
 
 import csv
+import unicodedata
 import zipfile
 from pathlib import Path
 from typing import BinaryIO
@@ -47,13 +48,20 @@ def sniff(head: bytes) -> str | None:
     return _sniff_text(head)
 
 
+def in_text(ch: str) -> bool:
+    """Whether text holds `ch`: a printable character, a line or page break, or a format
+    character (a right-to-left mark, a zero-width joiner or non-joiner, a soft hyphen), which
+    Persian, Arabic and Hebrew text holds as a matter of course (it was refused as binary)."""
+    return ch.isprintable() or ch in "\r\n\t\f" or unicodedata.category(ch) == "Cf"
+
+
 def _sniff_text(head: bytes) -> str | None:
     if not head:
         return None
     text = _decode(head)
     if text is None:
         return None
-    printable = sum(ch.isprintable() or ch in "\r\n\t\f" for ch in text)
+    printable = sum(map(in_text, text))
     if printable < 0.95 * len(text):
         return None
     start = text.lstrip("\ufeff \t\r\n").lower()

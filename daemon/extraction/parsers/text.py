@@ -17,6 +17,7 @@ from pathlib import Path
 
 from daemon.extraction.document import Document, Line, grid_page, grid_table_lines, grid_text_line
 from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted, too_large
+from daemon.jobs.filetypes import in_text
 
 # Above this share of unprintable characters, the bytes are not text.
 _MAX_CONTROL = 0.05
@@ -41,7 +42,7 @@ def decode_text(raw: bytes, kind: str) -> str:
             else:
                 text = raw.decode("cp1252", errors="replace")
     if text:
-        control = sum(1 for ch in text if not ch.isprintable() and ch not in "\r\n\t\f")
+        control = len(text) - sum(map(in_text, text))
         if control > _MAX_CONTROL * len(text):
             raise corrupted(kind, "it contains binary data")
     return text

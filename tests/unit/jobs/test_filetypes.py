@@ -170,7 +170,9 @@ def test_a_missing_file_is_not_a_crash(tmp_path: Path) -> None:
     "Dear customer,\nthank you, we received your order.\nBest regards\n",
     "\ufeffInvoice Number: INV-42\r\nTotal: 12.50\r\n",
     "Größe: 12 €\nStraße: Hauptstraße 1\n日本語のテキスト\n",
-], ids=["labels", "one-line", "prose-with-commas", "bom-crlf", "utf8"])
+    # Persian with zero-width non-joiners, Hebrew with right-to-left marks: refused as binary.
+    "فاکتور\u200cها\u200c: ۱۲\u200cهزار\n\u200fמספר חשבונית: 42\u200f\nסה\"כ: 12.50\u200f\n" * 3,
+], ids=["labels", "one-line", "prose-with-commas", "bom-crlf", "utf8", "rtl-marks"])
 def test_plain_text(text: str) -> None:
     assert sniff(text.encode("utf-8")) == filetypes.TXT
 

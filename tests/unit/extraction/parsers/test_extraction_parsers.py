@@ -120,6 +120,15 @@ def test_txt_form_feeds_are_pages(tmp_path: Path) -> None:
     assert [w.text for w in document.pages[1].lines[0].words] == ["Total", "12.00"]
 
 
+def test_right_to_left_text_with_its_marks_is_read(tmp_path: Path) -> None:
+    """Persian joins with zero-width non-joiners and Hebrew sets right-to-left marks: a file
+    thick with them was refused as binary data (CORRUPTED_FILE)."""
+    path = tmp_path / "rtl.txt"
+    path.write_text("\u200fמספר חשבונית:   INV-42\u200f\n" * 20 + "فاکتور\u200cها:   12\n" * 20, encoding="utf-8")
+    document = parse(path, filetypes.TXT, OPTIONS)
+    assert "INV-42" in document.text
+
+
 def test_html_skips_scripts_and_styles(make_doc: Callable[..., Path]) -> None:
     text = parse(make_doc("html"), filetypes.HTML, OPTIONS).text
     assert "99.99" not in text and "margin" not in text
