@@ -71,11 +71,13 @@ _LIBRARY_SLIPS = (AttributeError, TypeError, LookupError, AssertionError, NameEr
 _PATH = re.compile(r"""(['"]?)(?<![\w.])/(?:[^\s'"/]+/)+[^\s'"]*\1""")
 
 
-def check_pages(count: int, options: ParseOptions) -> None:
+def check_pages(count: int, options: ParseOptions, *, counted_to: bool = False) -> None:
+    """TOO_MANY_PAGES past ``jobs.max_pages``. `counted_to`: counting stopped at `count`, one
+    past the limit (an image's frames are not counted to their end), so it is no total."""
     if count > options.max_pages:
-        raise PermanentJobError(
-            "TOO_MANY_PAGES", f"the document has {count} pages, more than the limit of {options.max_pages}"
-        )
+        raise PermanentJobError("TOO_MANY_PAGES", (
+            f"the document has more than {options.max_pages:,} pages, the limit" if counted_to
+            else f"the document has {count:,} pages, more than the limit of {options.max_pages:,}"))
 
 
 def too_large(what: str, setting: str, limit: int) -> PermanentJobError:

@@ -122,7 +122,7 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
     try:
         image = Image.open(path)
         frames = page_count(image, options.max_pages)
-        check_pages(frames, options)
+        check_pages(frames, options, counted_to=True)
         pages: list[Page] = []
         rereads: list[list[Page | None]] = []
         for index in range(frames):
