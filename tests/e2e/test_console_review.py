@@ -51,6 +51,13 @@ def _api_job(console: Console, token: str, job_id: str) -> dict[str, Any]:
     return job
 
 
+def _signed_in_with_job(console: Console, pdf: Path) -> tuple[str, dict[str, Any]]:
+    """The admin registered in the console, and a job of `pdf` made through the API: (token, job)."""
+    console.register("Ann Admin", "ann@example.com")
+    token = console.api_token("ann@example.com")
+    return token, _upload(console, token, _receipt_schema(console, token), pdf, "application/pdf")
+
+
 def _assert_box_over(page: Any, bbox: list[float]) -> None:
     """The box on show sits over the page picture where the value's bbox (fractions of the
     page) says, within a pixel or two."""
@@ -392,9 +399,7 @@ def test_a_value_on_a_later_page_is_scrolled_to(start_daemon: Callable[..., Any]
 
     with open_console(start_daemon) as console:
         page = console.page
-        console.register("Ann Admin", "ann@example.com")
-        token = console.api_token("ann@example.com")
-        job = _upload(console, token, _receipt_schema(console, token), pdf, "application/pdf")
+        _, job = _signed_in_with_job(console, pdf)
         total = job["resultMeta"]["fields"]["/total"]
         assert job["pageCount"] == 2 and total["page"] == 2, job
 
@@ -430,9 +435,7 @@ def test_two_tabs_on_one_job_do_not_undo_each_other_and_unsaved_work_is_not_left
     pdf = write_receipt_pdf(tmp_path / "northwind.pdf")
     with open_console(start_daemon) as console:
         page = console.page
-        console.register("Ann Admin", "ann@example.com")
-        token = console.api_token("ann@example.com")
-        job = _upload(console, token, _receipt_schema(console, token), pdf, "application/pdf")
+        token, job = _signed_in_with_job(console, pdf)
         console.goto(f"#/jobs/{job['id']}")
         page.get_by_role("heading", name="Review northwind.pdf").wait_for()
         other = console.context.new_page()  # the same person's second tab
@@ -495,9 +498,7 @@ def test_a_long_value_is_edited_whole_in_a_box_of_several_lines(start_daemon: Ca
     pdf = write_receipt_pdf(tmp_path / "northwind.pdf")
     with open_console(start_daemon) as console:
         page = console.page
-        console.register("Ann Admin", "ann@example.com")
-        token = console.api_token("ann@example.com")
-        job = _upload(console, token, _receipt_schema(console, token), pdf, "application/pdf")
+        token, job = _signed_in_with_job(console, pdf)
         long_name = "NORTHWIND TRADING LIMITED, A MEMBER OF THE NORTHWIND GROUP OF COMPANIES (MALAYSIA) " * 3
         fixed = httpx.patch(console.daemon.url(f"/api/jobs/{job['id']}/result"),
                             headers={"Authorization": f"Bearer {token}"},
