@@ -364,11 +364,15 @@ async def _cleanup_after_failure(cleanup: Callable[[], Awaitable[None]]) -> None
         await cleanup()
 
 
-async def _job_body(job_id: str) -> dict[str, Any]:
+async def _owned_job(job_id: str) -> Job:
     job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
     if job is None:
         raise NotFound("Job not found")
-    return job_json(job)
+    return job
+
+
+async def _job_body(job_id: str) -> dict[str, Any]:
+    return job_json(await _owned_job(job_id))
 
 
 def _versioned(job: Job) -> tuple[dict[str, Any], int, dict[str, str]]:
@@ -503,10 +507,7 @@ async def list_jobs(query_args: JobQuery) -> Response:
 @document_response(JobOut)
 async def get_job(job_id: str) -> tuple[dict[str, Any], int, dict[str, str]]:
     """The job; its ETag is its version, for If-Match on PATCH /result and approve."""
-    job = await services().db.read(repo.get_job, current_principal().user_id, job_id)
-    if job is None:
-        raise NotFound("Job not found")
-    return _versioned(job)
+    return _versioned(await _owned_job(job_id))
 
 
 @blueprint.get("/jobs/<job_id>/file")
