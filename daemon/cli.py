@@ -11,7 +11,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -58,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--email", required=True)
     create.add_argument("--name", required=True)
     create.add_argument("--admin", action="store_true", help="make the account ADMIN (default USER)")
+    reset = with_config(users_commands.add_parser(
+        "set-password", help="give an account a new password (read like create's) and end its sessions"))
+    reset.add_argument("--email", required=True)
 
     extract = with_config(commands.add_parser(
         "extract", help="extract one file with a schema and print the result as JSON (no daemon, no database)"))
@@ -109,8 +112,10 @@ def _run(args: argparse.Namespace) -> None:
         _config_check(args)
     elif args.command == "openapi":
         _openapi()
-    elif args.command == "users":
+    elif args.command == "users" and args.users_command == "create":
         _create_user(args)
+    elif args.command == "users":
+        _set_password(args)
     elif args.command == "extract":
         _extract(args)
     elif args.command == "submit":
@@ -189,29 +194,39 @@ def _openapi() -> None:
     print(json.dumps(trio.run(fetch), indent=2))
 
 
-def _create_user(args: argparse.Namespace) -> None:
+def _password_from_stdin() -> str:
+    """The password typed twice on a terminal, else the first line of stdin (its line end,
+    a Unix or a Windows one, is not part of it)."""
     import getpass
-
-    from pydantic import ValidationError
-
-    from daemon.auth.accounts import create_user
-    from daemon.errors import ApiError
-    from daemon.http.auth import RegisterBody
-    from daemon.http.validation import messages
-    from daemon.services import open_services
-    from daemon.storage.migrate import upgrade
-    from daemon.storage.repos.accounts import Role
 
     if sys.stdin.isatty():
         password = getpass.getpass("Password: ")
         if getpass.getpass("Repeat: ") != password:
             raise SystemExit("docex: passwords differ")
     else:
-        password = sys.stdin.readline().rstrip("\n")
+        password = sys.stdin.readline().removesuffix("\n").removesuffix("\r")
         if not password:
             raise SystemExit("docex: no password on stdin (pipe it in, or run in a terminal to be asked)")
+    if "\0" in password:
+        # The API takes JSON, which cannot carry one: nobody could sign in with it.
+        print("docex: password must not contain a NUL character", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG)
+    return password
+
+
+def _account_command(args: argparse.Namespace, body_model: Any, fields: dict[str, Any],
+                     act: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+    """Validate `fields` as the API would (`body_model`), then run `act(services, body)`
+    on the configured database, migrated first. Exit 2 for what the API answers 400, 1 else."""
+    from pydantic import ValidationError
+
+    from daemon.errors import ApiError, BadRequest
+    from daemon.http.validation import messages
+    from daemon.services import open_services
+    from daemon.storage.migrate import upgrade
+
     try:
-        body = RegisterBody(name=args.name, email=args.email, password=password)
+        body = body_model(**fields)
     except ValidationError as exc:
         for message in messages(exc):
             print(f"docex: {message}", file=sys.stderr)
@@ -219,18 +234,41 @@ def _create_user(args: argparse.Namespace) -> None:
     config = with_dev_secrets(_load(args))
     config.make_data_dir()
 
-    async def create() -> Any:
+    async def run() -> Any:
         async with open_services(config) as services:
             await trio.to_thread.run_sync(upgrade, services.db.engine)
-            return await create_user(services, name=body.name, email=body.email, password=body.password,
-                                     role=Role.ADMIN if args.admin else Role.USER, ignore_registration=True)
+            return await act(services, body)
 
     try:
-        user = trio.run(create)
+        return trio.run(run)
     except ApiError as exc:
-        raise SystemExit(f"docex: {exc}") from None
+        print(f"docex: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG if isinstance(exc, BadRequest) else 1) from None
     except StartupError as exc:
         _fail(exc)
+
+
+def _create_user(args: argparse.Namespace) -> None:
+    from daemon.auth.accounts import create_user
+    from daemon.http.auth import RegisterBody
+    from daemon.storage.repos.accounts import Role
+
+    password = _password_from_stdin()
+    user = _account_command(
+        args, RegisterBody, {"name": args.name, "email": args.email, "password": password},
+        lambda services, body: create_user(services, name=body.name, email=body.email, password=body.password,
+                                           role=Role.ADMIN if args.admin else Role.USER, ignore_registration=True))
+    print(json.dumps({"id": user.id, "email": user.email, "name": user.name, "role": user.role}))
+
+
+def _set_password(args: argparse.Namespace) -> None:
+    from daemon.auth.accounts import reset_password
+    from daemon.http.auth import ResetPasswordBody
+
+    password = _password_from_stdin()
+    user = _account_command(args, ResetPasswordBody, {"email": args.email, "newPassword": password},
+                            lambda services, body: reset_password(services, email=body.email,
+                                                                  new=body.newPassword))
     print(json.dumps({"id": user.id, "email": user.email, "name": user.name, "role": user.role}))
 
 

@@ -621,8 +621,10 @@ def _validate(c: Config) -> list[str]:
     check(c.auth.registration in {"open", "closed"},
           f"auth.registration: must be open or closed (got {c.auth.registration!r})")
     check(4 <= c.auth.bcrypt_rounds <= 16, "auth.bcrypt_rounds: must be 4-16")
-    check(c.auth.access_ttl_s >= 1, "JWT_ACCESS_EXPIRES_IN: must be at least 1s")
-    check(c.auth.refresh_ttl_s >= 1, "JWT_REFRESH_EXPIRES_IN: must be at least 1s")
+    # Upper bounds: an access token outlives a revocation check only by its lifetime, and a
+    # date past year 9999 cannot be stored or compared at all.
+    check(1 <= c.auth.access_ttl_s <= 86400, "JWT_ACCESS_EXPIRES_IN: must be 1s to 1d")
+    check(1 <= c.auth.refresh_ttl_s <= 3650 * 86400, "JWT_REFRESH_EXPIRES_IN: must be 1s to 3650d")
     check(bool(re.fullmatch(r"[A-Za-z0-9_\-]{1,32}", c.auth.api_key_prefix)),
           "API_KEY_PREFIX: 1-32 letters, digits, _ or -")
     check(c.auth.max_api_keys_per_user >= 1, "MAX_API_KEYS_PER_USER: must be at least 1")

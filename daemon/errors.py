@@ -90,6 +90,11 @@ class BadRequest(ApiError):
 class Unauthorized(ApiError):
     status = 401
 
+    def __init__(self, message: str | list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        # RFC 9110 §11.6.1: a 401 names the scheme that would be taken.
+        self.headers.setdefault("WWW-Authenticate", 'Bearer realm="docex"')
+
 
 class Forbidden(ApiError):
     status = 403

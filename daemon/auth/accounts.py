@@ -7,18 +7,23 @@ database work as one unit. The HTTP routes and the CLI both call these.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
-from sqlalchemy.engine import Row
+from sqlalchemy.engine import Connection, Row
 
 from daemon.auth import passwords, tokens
 from daemon.auth.emails import MAX_KEY_LENGTH, email_key, look_alike
 from daemon.clock import utcnow
-from daemon.errors import BadRequest, Forbidden, Unauthorized
+from daemon.errors import BadRequest, Forbidden, NotFound, Unauthorized
 from daemon.services import Services
 from daemon.storage.repos import accounts
 from daemon.storage.repos.accounts import LogoutOutcome, Role, RotateOutcome
+
+# Security events (sign-in failures, stolen refresh tokens, password and role changes):
+# who did what, never a secret, for an administrator auditing an account.
+log = logging.getLogger("daemon.audit")
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,10 @@ async def _new_session(services: Services, user: Row[Any], client: Client, now: 
         accounts.create_session, user_id=user.id, refresh_hash=tokens.token_hash(refresh), now=now,
         ttl_s=services.config.auth.refresh_ttl_s, user_agent=client.user_agent, ip=client.ip,
     )
+    return _pair(services, user, session, refresh, now)
+
+
+def _pair(services: Services, user: Row[Any], session: Row[Any], refresh: str, now: dt.datetime) -> TokenPair:
     return TokenPair(user, _access_token(services, user, session.id, now), refresh,
                      services.config.auth.access_ttl_s, session.id)
 
@@ -65,21 +74,47 @@ async def create_user(services: Services, *, name: str, email: str, password: st
                       role: Role | None = None, ignore_registration: bool = False) -> Row[Any]:
     """Raises BadRequest (a look-alike spelling, or an address too long once normalised),
     Conflict (e-mail taken, in any spelling) or Forbidden (registration closed)."""
+    return await services.db.run(
+        accounts.create_user, **await _new_account(services, name=name, email=email, password=password),
+        now=utcnow(), registration_open=ignore_registration or services.config.auth.registration == "open",
+        role=role,
+    )
+
+
+class _Account(TypedDict):
+    email: str
+    name: str
+    password_hash: str
+
+
+async def _new_account(services: Services, *, name: str, email: str, password: str) -> _Account:
+    """The new account's columns, the password hashed. Raises BadRequest for a look-alike
+    spelling of the address, or one too long once normalised."""
     plain = look_alike(email)
     if plain is not None:
         raise BadRequest([f"email must be written with plain characters (as {plain})"])
     if len(email_key(email)) > MAX_KEY_LENGTH:
         raise BadRequest([f"email must be shorter than or equal to {MAX_KEY_LENGTH} characters once normalised"])
     password_hash = await passwords.hash_password(password, services.config.auth.bcrypt_rounds)
-    return await services.db.run(
-        accounts.create_user, email=email, name=name, password_hash=password_hash, now=utcnow(),
-        registration_open=ignore_registration or services.config.auth.registration == "open", role=role,
-    )
+    return {"email": email, "name": name, "password_hash": password_hash}
 
 
 async def register(services: Services, *, name: str, email: str, password: str, client: Client) -> TokenPair:
-    user = await create_user(services, name=name, email=email, password=password)
-    return await _new_session(services, user, client, utcnow())
+    """The account and its first session in one transaction: no account is left behind
+    when the session cannot be stored."""
+    account = await _new_account(services, name=name, email=email, password=password)
+    refresh = tokens.new_refresh_token()
+    now = utcnow()
+
+    def create(conn: Connection) -> tuple[Row[Any], Row[Any]]:
+        user = accounts.create_user(conn, **account, now=now,
+                                    registration_open=services.config.auth.registration == "open")
+        return user, accounts.create_session(
+            conn, user_id=user.id, refresh_hash=tokens.token_hash(refresh), now=now,
+            ttl_s=services.config.auth.refresh_ttl_s, user_agent=client.user_agent, ip=client.ip)
+
+    user, session = await services.db.run(create)
+    return _pair(services, user, session, refresh, now)
 
 
 async def login(services: Services, *, email: str, password: str, client: Client) -> TokenPair:
@@ -89,10 +124,35 @@ async def login(services: Services, *, email: str, password: str, client: Client
         password, user.password_hash if user else None, services.config.auth.bcrypt_rounds
     )
     if not ok or user is None:
+        log.info("sign-in refused", extra={"action": "auth.login_failed", "user_id": user.id if user else None,
+                                           "ip": client.ip})
         raise Unauthorized("Invalid email or password")
     if user.disabled:
         raise Forbidden("This account is disabled")
+    rounds = services.config.auth.bcrypt_rounds
+    if passwords.needs_rehash(user.password_hash, rounds):
+        rehashed = await passwords.hash_password(password, rounds)
+        await services.db.run(accounts.set_password, user.id, rehashed, utcnow(), end_sessions=False)
     return await _new_session(services, user, client, utcnow())
+
+
+async def change_password(services: Services, *, user_id: str, current: str, new: str,
+                          keep_session: str | None) -> None:
+    """Replace the password after checking the current one; every other session ends.
+
+    Raises:
+        Forbidden: the current password is wrong.
+    """
+    rounds = services.config.auth.bcrypt_rounds
+    user = await services.db.read(accounts.get_user, user_id)
+    if user is None or not await passwords.verify_password(current, user.password_hash, rounds):
+        log.info("password change refused", extra={"action": "auth.password_change_refused", "user_id": user_id})
+        raise Forbidden("The current password is wrong")
+    new_hash = await passwords.hash_password(new, rounds)
+    await services.db.run(accounts.set_password, user_id, new_hash, utcnow(), end_sessions=True,
+                          keep_session=keep_session)
+    log.info("password changed; the other sessions ended", extra={"action": "auth.password_changed",
+                                                                  "user_id": user_id})
 
 
 async def refresh(services: Services, refresh_token: str, client: Client) -> TokenPair:
@@ -106,6 +166,8 @@ async def refresh(services: Services, refresh_token: str, client: Client) -> Tok
         ttl_s=services.config.auth.refresh_ttl_s, user_agent=client.user_agent, ip=client.ip,
     )
     if rotation.outcome is RotateOutcome.REUSED:
+        log.warning("a rotated refresh token was presented again: every session of its login was revoked",
+                    extra={"action": "auth.refresh_reused", "user_id": rotation.user_id, "ip": client.ip})
         raise Unauthorized("Refresh token already used; every session of this login was revoked")
     if rotation.outcome is not RotateOutcome.ROTATED or rotation.user is None or rotation.session is None:
         raise Unauthorized("Invalid or expired refresh token")
@@ -118,9 +180,24 @@ async def logout(services: Services, refresh_token: str) -> None:
     on refresh: every session of that login is revoked and the answer is 401."""
     outcome = await services.db.run(accounts.revoke_session_by_refresh, tokens.token_hash(refresh_token), utcnow())
     if outcome is LogoutOutcome.REUSED:
+        log.warning("a rotated refresh token was presented again: every session of its login was revoked",
+                    extra={"action": "auth.refresh_reused"})
         raise Unauthorized("Refresh token already used; every session of this login was revoked")
     if outcome is not LogoutOutcome.LOGGED_OUT:
         raise Unauthorized("Invalid refresh token")
+
+
+async def reset_password(services: Services, *, email: str, new: str) -> Row[Any]:
+    """An administrator's reset (`docex users set-password`): a new password, every session
+    ended. Raises NotFound when no account has the address."""
+    user = await services.db.read(accounts.find_user_by_email, email)
+    if user is None:
+        raise NotFound(f"No account has the e-mail address {email}")
+    new_hash = await passwords.hash_password(new, services.config.auth.bcrypt_rounds)
+    await services.db.run(accounts.set_password, user.id, new_hash, utcnow(), end_sessions=True)
+    log.info("password reset on the server; every session ended", extra={"action": "auth.password_reset",
+                                                                          "user_id": user.id})
+    return user
 
 
 @dataclass(frozen=True)

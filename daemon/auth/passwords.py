@@ -40,6 +40,15 @@ async def verify_password(password: str, hashed: str | None, rounds: int) -> boo
     return ok and fits and hashed is not None
 
 
+def needs_rehash(hashed: str, rounds: int) -> bool:
+    """Whether `hashed` was made at another cost than `rounds` (the setting changed since):
+    rehashed at the next login, so that a raised cost protects every account in time."""
+    try:
+        return int(hashed.split("$")[2]) != rounds
+    except (IndexError, ValueError):
+        return False
+
+
 @functools.cache
 def _dummy_hash(rounds: int) -> str:
     return bcrypt.hashpw(os.urandom(16).hex().encode(), bcrypt.gensalt(rounds)).decode()

@@ -65,11 +65,15 @@ def verify_access_token(secret: str, token: str, now: dt.datetime) -> AccessClai
         raise Unauthorized("Invalid access token")
     if not isinstance(claims["exp"], int) or claims["exp"] <= now.timestamp():
         raise Unauthorized("Access token expired")
+    try:
+        expires_at = dt.datetime.fromtimestamp(claims["exp"], dt.UTC)
+    except (OverflowError, OSError, ValueError):  # past year 9999: no token docex issues
+        raise Unauthorized("Invalid access token") from None
     return AccessClaims(
         user_id=str(claims["sub"]),
         role=str(claims.get("role", "")),
         session_id=str(claims["sid"]),
-        expires_at=dt.datetime.fromtimestamp(claims["exp"], dt.UTC),
+        expires_at=expires_at,
     )
 
 

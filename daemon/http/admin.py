@@ -8,6 +8,7 @@ from pydantic import StrictBool
 from quart import Blueprint
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 
+from daemon.auth.accounts import log as audit
 from daemon.auth.guard import admin_only, current_principal
 from daemon.clock import iso, utcnow
 from daemon.errors import Conflict, NotFound
@@ -71,7 +72,9 @@ async def list_users(query_args: PageQuery) -> dict[str, Any]:
 @document_response(AdminUserOut)
 @error_responses(403, 409)
 async def update_user(user_id: str, data: UpdateUserBody) -> dict[str, Any]:
-    """Change a user's role or disable them; a disabled user's tokens and keys stop at once."""
+    """Change a user's role or disable them. Disabling ends the user's sessions for good
+    (enabling the account again does not bring them back) and refuses their API keys while
+    it lasts."""
     changes = data.model_dump(exclude_none=True)
     demoting_self = user_id == current_principal().user_id and (
         changes.get("role") == Role.USER or changes.get("disabled") is True
@@ -82,6 +85,9 @@ async def update_user(user_id: str, data: UpdateUserBody) -> dict[str, Any]:
     row = await services().db.run(repo.update_user, user_id, changes, utcnow())
     if row is None:
         raise NotFound("User not found")
+    if changes:
+        audit.info("account changed by an admin", extra={"action": "admin.user_updated", "user_id": user_id,
+                                                         "by": current_principal().user_id, **changes})
     return admin_user_json(row)
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal, cast
 
 import email_validator
 from email_validator import EmailNotValidError, validate_email
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from quart import Blueprint, Response, make_response, request
 from quart_schema import document_response, security_scheme, tag_blueprint, validate_querystring, validate_request
 
@@ -45,26 +45,44 @@ def checked_email(value: str) -> str:
     return value
 
 
+def checked_name(value: str) -> str:
+    if not value.strip():
+        raise ValueError("name should not be empty")
+    return value.strip()
+
+
+def checked_password(value: str, info: ValidationInfo) -> str:
+    if len(value.encode()) > MAX_PASSWORD_BYTES:
+        raise ValueError(f"{info.field_name} must be shorter than or equal to {MAX_PASSWORD_BYTES} bytes "
+                         "(bcrypt's limit)")
+    return value
+
+
 class RegisterBody(ApiModel):
     name: str = Field(min_length=1, max_length=100)
     email: str = Field(max_length=320)
     password: str = Field(min_length=6)
 
     _email = field_validator("email")(checked_email)
+    _name = field_validator("name")(checked_name)
+    _password = field_validator("password")(checked_password)
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("name should not be empty")
-        return value.strip()
 
-    @field_validator("password")
-    @classmethod
-    def _password(cls, value: str) -> str:
-        if len(value.encode()) > MAX_PASSWORD_BYTES:
-            raise ValueError(f"password must be shorter than or equal to {MAX_PASSWORD_BYTES} bytes (bcrypt's limit)")
-        return value
+class ResetPasswordBody(ApiModel):
+    """`docex users set-password`: an administrator's reset, on the server."""
+
+    email: str = Field(max_length=320)
+    newPassword: str = Field(min_length=6)
+
+    _email = field_validator("email")(checked_email)
+    _password = field_validator("newPassword")(checked_password)
+
+
+class ChangePasswordBody(ApiModel):
+    currentPassword: str = Field(min_length=1, max_length=1024)
+    newPassword: str = Field(min_length=6)
+
+    _password = field_validator("newPassword")(checked_password)
 
 
 class LoginBody(ApiModel):
@@ -116,6 +134,8 @@ class CreateApiKeyBody(ApiModel):
     name: str = Field(min_length=1, max_length=100)
     role: Role | None = None
     expiresAt: IsoDateTime | None = None
+
+    _name = field_validator("name")(checked_name)
 
     @field_validator("expiresAt")
     @classmethod
@@ -291,6 +311,22 @@ async def logout_all() -> Response:
     return no_content()
 
 
+@blueprint.post("/password")
+@jwt_only
+@security_scheme(ACCESS_TOKEN)
+@limited_per_ip("login")
+@validate_request(ChangePasswordBody)
+@document_response(NoContent, 204)
+@error_responses(403)
+async def change_password(data: ChangePasswordBody) -> Response:
+    """Change the current user's password (the current one is asked again, 403 if wrong).
+    Every other session of the account ends; this one and the API keys stay."""
+    p = current_principal()
+    await accounts.change_password(services(), user_id=p.user_id, current=data.currentPassword,
+                                   new=data.newPassword, keep_session=p.session_id)
+    return no_content()
+
+
 @blueprint.get("/me")
 @document_response(UserOut)
 async def me() -> dict[str, Any]:
@@ -342,6 +378,8 @@ async def create_api_key(data: CreateApiKeyBody) -> tuple[dict[str, Any], int]:
     p = current_principal()
     new = await accounts.create_api_key(services(), user_id=p.user_id, owner_role=p.role, name=data.name,
                                         role=data.role, expires_at=data.expiresAt)
+    accounts.log.info("API key created", extra={"action": "auth.api_key_created", "user_id": p.user_id,
+                                                "api_key_id": new.row.id, "role": new.row.role})
     return {**api_key_json(new.row), "apiKey": new.plaintext}, 201
 
 
@@ -358,7 +396,10 @@ async def list_api_keys(query_args: PageQuery) -> dict[str, Any]:
 @blueprint.delete("/api-keys/<key_id>")
 @document_response(NoContent, 204)
 async def revoke_api_key(key_id: str) -> Response:
-    if not await services().db.run(repo.revoke_api_key, current_principal().user_id, key_id, utcnow()):
+    user_id = current_principal().user_id
+    if not await services().db.run(repo.revoke_api_key, user_id, key_id, utcnow()):
         raise NotFound("API key not found")
+    accounts.log.info("API key revoked", extra={"action": "auth.api_key_revoked", "user_id": user_id,
+                                                "api_key_id": key_id})
     return no_content()
 

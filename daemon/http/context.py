@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
@@ -26,7 +27,12 @@ def services() -> Services:
 
 
 def client_ip() -> str:
-    return request.remote_addr or "unknown"
+    """The client's IP address; "unknown" when there is none or what there is is not an
+    address (behind a trusted proxy, `X-Forwarded-For` is whatever the client wrote)."""
+    try:
+        return str(ipaddress.ip_address((request.remote_addr or "").strip()))
+    except ValueError:
+        return "unknown"
 
 
 def no_content() -> Response:

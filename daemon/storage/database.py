@@ -126,20 +126,24 @@ class Database:
         self.jobs_ended = Wakeup()
 
     def _create_engine(self, pool_size: int, busy_timeout_ms: int) -> Engine:
+        # hide_parameters: an error's message (and so its log line) never carries the values
+        # bound to a statement: token hashes, addresses, a document's values.
         if self.is_postgres:
             # Named in pg_stat_activity (an operator sees which connections are docex's), unless
             # the URL names them itself.
             named = {} if "application_name" in self.url.query else {"application_name": "docex"}
             return sa.create_engine(
                 self.url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True, pool_recycle=1800,
-                connect_args=named,
+                connect_args=named, hide_parameters=True,
             )
         connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
         if self.url.database in (None, "", ":memory:"):
             # One in-memory database exists per connection: share a single one.
-            engine = sa.create_engine(self.url, poolclass=sa.StaticPool, connect_args=connect_args)
+            engine = sa.create_engine(self.url, poolclass=sa.StaticPool, connect_args=connect_args,
+                                      hide_parameters=True)
         else:
-            engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=0, connect_args=connect_args)
+            engine = sa.create_engine(self.url, pool_size=pool_size, max_overflow=0, connect_args=connect_args,
+                                      hide_parameters=True)
 
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:

@@ -74,7 +74,7 @@ sessions = sa.Table(
     sa.Column("last_used_at", UTCDateTime, nullable=False),
     sa.Column("expires_at", UTCDateTime, nullable=False),
     sa.Column("revoked_at", UTCDateTime),
-    sa.Column("revoked_reason", sa.String(20)),  # logout | rotated | reuse | deleted | logout_all
+    sa.Column("revoked_reason", sa.String(20)),  # logout | rotated | reuse | deleted | logout_all | disabled | password
     sa.Column("user_agent", sa.String(500)),
     sa.Column("ip", sa.String(64)),
 )

@@ -261,14 +261,16 @@ def start_daemon(docex_env: dict[str, str]) -> Iterator[Callable[..., Daemon]]:
 
 @pytest.fixture
 def run_docex(docex_env: dict[str, str]) -> Callable[..., Any]:
-    """``await run_docex("migrate", env={...})`` → CompletedProcess (text, captured)."""
+    """``await run_docex("migrate", env={...}, input="stdin text")`` → CompletedProcess (text,
+    captured; stdin empty unless `input` is given)."""
 
-    async def run(*args: str, env: dict[str, str] | None = None,
+    async def run(*args: str, env: dict[str, str] | None = None, input: str | None = None,
                   timeout: float = STARTUP) -> subprocess.CompletedProcess[str]:  # noqa: ASYNC109
         def blocking() -> subprocess.CompletedProcess[str]:
+            stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
             return subprocess.run(
                 [sys.executable, "-m", "daemon.cli", *args],
-                cwd=REPO, env={**docex_env, **(env or {})}, stdin=subprocess.DEVNULL,
+                cwd=REPO, env={**docex_env, **(env or {})}, **stdin,
                 capture_output=True, text=True, timeout=timeout, check=False,
             )
 

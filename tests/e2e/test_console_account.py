@@ -189,3 +189,47 @@ def test_a_first_visit_asks_for_no_session_and_a_reload_keeps_one(start_daemon: 
         page.reload()
         page.get_by_role("button", name="Sign in").wait_for()
         assert len(refreshes) == 1
+
+
+def test_a_password_changed_in_the_console_ends_the_other_sessions(start_daemon: Callable[..., Any]) -> None:
+    with open_console(start_daemon) as console:
+        page = console.page
+        url = console.daemon.url
+        console.register("Ann Admin", "ann@example.com")
+        other = httpx.post(url("/api/auth/login"), headers={"User-Agent": "ledger-sync/1.0"},
+                           json={"email": "ann@example.com", "password": PASSWORD})
+        assert other.status_code == 200
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="API keys").click()
+        sessions = page.get_by_role("table", name=re.compile("Where you are signed in"))
+        expect(sessions.get_by_role("row").filter(has_text="ledger-sync/1.0")).to_have_count(1)
+        password = page.get_by_role("region", name="Password")
+        problem = password.get_by_role("alert")
+
+        password.get_by_label("Current password").fill(PASSWORD)
+        password.get_by_label("New password", exact=True).fill("brand new 9")
+        password.get_by_label("New password again").fill("brand new 8")
+        password.get_by_role("button", name="Change password").click()
+        expect(problem).to_have_text("The new password and its repetition differ.")
+
+        password.get_by_label("Current password").fill("not my password")
+        password.get_by_label("New password again").fill("brand new 9")
+        password.get_by_role("button", name="Change password").click()
+        expect(problem).to_have_text("The current password is wrong")
+
+        password.get_by_label("Current password").fill(PASSWORD)
+        password.get_by_role("button", name="Change password").click()
+        page.get_by_text("Password changed. Every other session of this account was ended.").wait_for()
+        expect(problem).to_be_hidden()
+        expect(sessions.get_by_role("row").filter(has_text="ledger-sync/1.0")).to_have_count(0)
+        expect(sessions.get_by_text("This session")).to_have_count(1)
+        console.shot("account-password")
+        refused = httpx.post(url("/api/auth/refresh"), json={"refreshToken": other.json()["refreshToken"]})
+        assert refused.status_code == 401
+        assert httpx.post(url("/api/auth/login"), json={"email": "ann@example.com",
+                                                        "password": PASSWORD}).status_code == 401
+        assert httpx.post(url("/api/auth/login"), json={"email": "ann@example.com",
+                                                        "password": "brand new 9"}).status_code == 200
+        # This session lives on: the console still reads the API.
+        page.reload()
+        page.get_by_role("heading", name="API keys and sessions").wait_for()
+        expect(sessions.get_by_text("This session")).to_have_count(1)

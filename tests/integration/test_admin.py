@@ -141,7 +141,7 @@ async def test_demotion_applies_at_once_to_tokens_and_admin_keys(client, people)
     assert await status_of(client, token) == 200 and await status_of(client, key) == 200
 
 
-async def test_disabling_stops_tokens_and_keys_at_once_and_enabling_restores_access(client, people) -> None:
+async def test_disabling_ends_sessions_for_good_and_suspends_keys(client, people) -> None:
     admin, bob = people["admin"], people["bob"]
     key = await new_key(client, bob["accessToken"])
     assert await status_of(client, bob["accessToken"]) == 200 and await status_of(client, key) == 200
@@ -159,6 +159,9 @@ async def test_disabling_stops_tokens_and_keys_at_once_and_enabling_restores_acc
 
     r = await patch_user(client, admin["accessToken"], bob["user"]["id"], {"disabled": False})
     assert r.status_code == 200 and (await r.get_json())["disabled"] is False
+    # The sessions of before stay ended: a thief's stolen tokens do not come back with the account.
+    await error_body(await client.get("/api/auth/me", headers=bearer(bob["accessToken"])), 401)
+    await error_body(await client.post("/api/auth/refresh", json={"refreshToken": bob["refreshToken"]}), 401)
     r = await client.post("/api/auth/login", json={"email": "bob@example.com", "password": PASSWORD})
     assert r.status_code == 200
     assert await status_of(client, (await r.get_json())["accessToken"]) == 200

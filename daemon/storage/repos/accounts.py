@@ -85,6 +85,12 @@ def list_users(conn: Connection, limit: int, cursor: str | None) -> list[Row[Any
 def update_user(conn: Connection, user_id: str, changes: dict[str, Any], now: dt.datetime) -> Row[Any] | None:
     """Change a user's role or disabled flag; None if there is no such user.
 
+    Disabling ends every session of the account for good: an account is disabled because
+    it should not be used, often because a credential of it leaked, and enabling it again
+    must not bring a thief's stolen token back to life; its owner signs in again. API keys
+    are refused while the account is disabled and work again once it is enabled (programs
+    keep running); a key that leaked is revoked by its owner.
+
     Raises:
         Conflict: the change would leave no active admin (the caller cannot demote
             themselves, but two admins demoting each other at once could).
@@ -97,7 +103,18 @@ def update_user(conn: Connection, user_id: str, changes: dict[str, Any], now: dt
         conn.execute(users.update().where(users.c.id == user_id).values(**changes, updated_at=now))
         if user_id in admins and not conn.execute(active).first():
             raise Conflict("This would leave no active admin; make another user ADMIN first")
+        if changes.get("disabled") is True:
+            revoke_user_sessions(conn, user_id, now, "disabled")
     return get_user(conn, user_id)
+
+
+def set_password(conn: Connection, user_id: str, password_hash: str, now: dt.datetime, *,
+                 end_sessions: bool, keep_session: str | None = None) -> None:
+    """Store a new password hash; with `end_sessions`, every session of the user but
+    `keep_session` ends (whoever knew the old password may hold one). API keys stay."""
+    conn.execute(users.update().where(users.c.id == user_id).values(password_hash=password_hash, updated_at=now))
+    if end_sessions:
+        revoke_user_sessions(conn, user_id, now, "password", keep=keep_session)
 
 
 # --- refresh sessions ----------------------------------------------------------------
@@ -124,6 +141,7 @@ class Rotation:
     outcome: RotateOutcome
     user: Row[Any] | None = None
     session: Row[Any] | None = None
+    user_id: str | None = None  # whose token was reused, for the audit log
 
 
 def rotate_session(conn: Connection, *, refresh_hash: str, new_refresh_hash: str, now: dt.datetime,
@@ -141,7 +159,7 @@ def rotate_session(conn: Connection, *, refresh_hash: str, new_refresh_hash: str
     if old.revoked_at is not None:
         if old.revoked_reason == "rotated":
             revoke_family(conn, old.family_id, now, "reuse")
-            return Rotation(RotateOutcome.REUSED)
+            return Rotation(RotateOutcome.REUSED, user_id=old.user_id)
         return Rotation(RotateOutcome.INVALID)
     user = get_user(conn, old.user_id)
     if old.expires_at <= now or user is None or user.disabled:
@@ -185,10 +203,13 @@ def revoke_session_by_refresh(conn: Connection, refresh_hash: str, now: dt.datet
     return LogoutOutcome.LOGGED_OUT
 
 
-def revoke_user_sessions(conn: Connection, user_id: str, now: dt.datetime) -> None:
-    conn.execute(sessions.update()
-                 .where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None))
-                 .values(revoked_at=now, revoked_reason="logout_all"))
+def revoke_user_sessions(conn: Connection, user_id: str, now: dt.datetime, reason: str = "logout_all",
+                         keep: str | None = None) -> None:
+    """End every session of the user, but `keep` (the session making the request)."""
+    query = sessions.update().where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None))
+    if keep is not None:
+        query = query.where(sessions.c.id != keep)
+    conn.execute(query.values(revoked_at=now, revoked_reason=reason))
 
 
 def revoke_session(conn: Connection, user_id: str, session_id: str, now: dt.datetime) -> bool:

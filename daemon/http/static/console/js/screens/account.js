@@ -1,5 +1,5 @@
 // API keys and sessions (#/account): create a key (shown once), revoke one; see where
-// this account is signed in, end a session, or sign out everywhere.
+// this account is signed in, end a session, or sign out everywhere; change the password.
 
 import * as api from "../api.js";
 import { badge, field, fill, h, select, table, when } from "../dom.js";
@@ -87,6 +87,39 @@ export async function render(view, params, ctx) {
     ], sessions, { caption: "Where you are signed in, newest first", empty: "No active sessions." }));
   }
 
+  // --- password ---
+  const current = h("input", { type: "password", name: "current-password", required: true,
+    autocomplete: "current-password" });
+  const fresh = h("input", { type: "password", name: "new-password", required: true, minlength: 6,
+    autocomplete: "new-password" });
+  const again = h("input", { type: "password", name: "repeat-password", required: true, minlength: 6,
+    autocomplete: "new-password" });
+  const passwordProblem = h("div", { class: "error", role: "alert", hidden: true });
+  const change = h("button", { type: "submit", class: "primary" }, "Change password");
+
+  async function onChangePassword(event) {
+    event.preventDefault();
+    passwordProblem.hidden = true;
+    if (fresh.value !== again.value) {
+      fill(passwordProblem, "The new password and its repetition differ.");
+      passwordProblem.hidden = false;
+      return;
+    }
+    change.disabled = true;
+    try {
+      await api.post("/api/auth/password", { currentPassword: current.value, newPassword: fresh.value });
+      current.value = fresh.value = again.value = "";
+      ctx.notify("Password changed. Every other session of this account was ended.");
+      await refreshSessions();
+    } catch (error) {
+      const messages = error instanceof api.ApiError ? error.messages : [error.message];
+      fill(passwordProblem, messages.length > 1 ? h("ul", {}, messages.map((m) => h("li", {}, m))) : messages[0]);
+      passwordProblem.hidden = false;
+    } finally {
+      change.disabled = false;
+    }
+  }
+
   async function signOutEverywhere() {
     await api.post("/api/auth/logout-all");
     // This session is among those ended: forget it here too (its cookie is refused now).
@@ -113,6 +146,16 @@ export async function render(view, params, ctx) {
       sessionsArea,
       h("div", { class: "actions" },
         confirmButton("Sign out everywhere", "End every session of this account, this one too? API keys keep working.",
-          signOutEverywhere, { danger: true, yes: "Yes, sign out everywhere" }))));
+          signOutEverywhere, { danger: true, yes: "Yes, sign out everywhere" }))),
+    h("section", { class: "card", "aria-labelledby": "password-heading" },
+      h("h2", { id: "password-heading" }, "Password"),
+      h("p", { class: "muted" }, "A password is 6 to 72 bytes. Changing it ends every other session of this "
+        + "account; API keys keep working."),
+      h("form", { class: "row key-form", onsubmit: onChangePassword },
+        field("Current password", current),
+        field("New password", fresh),
+        field("New password again", again),
+        h("div", { class: "field" }, change)),
+      passwordProblem));
   await Promise.all([refreshKeys(), refreshSessions()]);
 }
