@@ -43,7 +43,8 @@ from difflib import SequenceMatcher
 from typing import Any, NamedTuple
 
 from daemon.extraction.document import Document
-from daemon.extraction.providers.rules.values import find_amounts, find_dates, find_integers
+from daemon.extraction.providers.rules.values import as_date_time, find_amounts, find_dates, find_integers
+from daemon.schemas.definition import format_checker
 
 # A reading's line: [text, page (1-based), x0, y0, x1, y1], the box as fractions of the page.
 ReadingLine = list[Any]
@@ -99,6 +100,15 @@ _LABEL_SIMILARITY = 0.8
 # characters made 10,000 for one field, in 18 s.
 _MAX_LABEL_CHARS = 48
 MAX_FUZZY_LABELS = 5_000
+# Values of a field's kind read on one line at most: a receipt's or an invoice's line holds
+# a few. A hostile line of 150 one-letter words made each of them a value (a code's shape),
+# each with a template of the whole line, on every line, for every field: minutes a job.
+_VALUES_PER_LINE = 20
+# Values placed after one label kept for reading spots (the first ones), and values placed
+# in a document at most: a label printed more often than that is a column head or noise,
+# and a document's every line being labelled for every field is an attack.
+_PLACED_PER_LABEL = 32
+MAX_PLACED = 20_000
 
 _NUMBER_LABEL = re.compile(
     r"\b(GST|VAT|SST|TAX|REG|REGN|REGISTRATION|CO|COMPANY|ROC|TIN|ABN|UEN|BRN|SIRET|SIREN|UST|TEL|PHONE|FAX|"
@@ -274,15 +284,16 @@ def _shape(value: str) -> str:
 
 
 def values_in(kind: str, text: str, shape: str | None = None) -> list[tuple[Any, int, int]]:
-    """(value, start, end) of each value of `kind` in `text`, in order."""
+    """(value, start, end) of the first `_VALUES_PER_LINE` values of `kind` in `text`, in order."""
     if kind == "date":
-        return [(f.value, f.start, f.end) for f in find_dates(text)]
+        return [(f.value, f.start, f.end) for f in find_dates(text)[:_VALUES_PER_LINE]]
     if kind == "number":
-        return [(f.value, f.start, f.end) for f in find_amounts(text)]
+        return [(f.value, f.start, f.end) for f in find_amounts(text)[:_VALUES_PER_LINE]]
     if kind == "integer":
-        return [(f.value, f.start, f.end) for f in find_integers(text)]
+        return [(f.value, f.start, f.end) for f in find_integers(text)[:_VALUES_PER_LINE]]
     if shape:
-        return [(m[0], m.start(), m.end()) for m in re.finditer(r"(?<!\w)" + shape + r"(?!\w)", text)]
+        found = re.finditer(r"(?<!\w)" + shape + r"(?!\w)", text)
+        return [(m[0], m.start(), m.end()) for m in itertools.islice(found, _VALUES_PER_LINE)]
     return []
 
 
@@ -398,6 +409,10 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
     reading = [[line[0][:MAX_LINE_CHARS], *line[1:]] for line in reading]
     top = header(reading)
     lessons: dict[str, Any] = {}
+    # A value equal to a corrected text holds its letters and digits in a row: the lines
+    # that do not are not read for it (a correction of 200 fields read every line 200 times).
+    in_lines = [normalised(line[0]) for line in reading]
+    values_on = functools.cache(lambda kind, shape, index: values_in(kind, reading[index][0], shape))
     for pointer, sub in scalar_fields(schema):
         value = _get(result, pointer)
         if value is None or isinstance(value, bool):
@@ -413,10 +428,13 @@ def learn(reading: Sequence[ReadingLine], result: dict[str, Any], schema: dict[s
             if len(value.strip()) <= MAX_CODE_CHARS:
                 lesson["shape"] = _shape(value.strip())
         wanted = _confirmed(kind, value)
+        printed = normalised(str(value)) if kind == "text" else ""
         for index, line in enumerate(reading):
             if len(lesson["spots"]) >= _MAX_SPOTS:
                 break
-            found = values_in(kind, line[0], lesson.get("shape"))
+            if kind == "text" and (not printed or printed not in in_lines[index]):
+                continue
+            found = values_on(kind, lesson.get("shape"), index)
             for value_found, start, _ in found:
                 if _same(kind, value_found, wanted) and len(lesson["spots"]) < _MAX_SPOTS:
                     where, label = _label_before(reading, index, start)
@@ -448,28 +466,64 @@ class _Placed(NamedTuple):
 
     value: Any
     line: int
-    where: str
-    label: str
     template: str
     y: float
 
 
-def _placed(reading: Sequence[ReadingLine], upper: _UpperText, kind: str, shape: str | None,
-            right: frozenset[str], below: frozenset[str]) -> list[_Placed]:
+class _Placements:
+    """The values of one kind (and shape) in a document, by where they stand ("right" of
+    or "below" a label) and their label: what a spot reads (`_read_spot`)."""
+
+    def __init__(self) -> None:
+        self.by_label: dict[tuple[str, str], list[_Placed]] = {}
+        self.labels: dict[str, list[str]] = {"right": [], "below": []}
+
+    def add(self, where: str, label: str, placed: _Placed) -> None:
+        kept = self.by_label.get((where, label))
+        if kept is None:
+            self.by_label[(where, label)] = [placed]
+            self.labels[where].append(label)
+        elif len(kept) < _PLACED_PER_LABEL:
+            kept.append(placed)
+
+
+class _Budget:
+    """What reading a document with examples may still do: values placed (`MAX_PLACED`) and
+    fuzzy label comparisons (`MAX_FUZZY_LABELS`); past them, nothing more is placed and
+    labels match only exactly, so the generic rules' values stand."""
+
+    def __init__(self, placed: int = MAX_PLACED, comparisons: int = MAX_FUZZY_LABELS) -> None:
+        self.placed = placed
+        self.comparisons = comparisons
+
+    def similar(self, a: str, b: str) -> bool:
+        if a == b:
+            return True
+        if self.comparisons <= 0:
+            return False
+        self.comparisons -= 1
+        return _similar(a, b)
+
+
+def _placed(reading: Sequence[ReadingLine], upper: _UpperText, right: frozenset[str], below: frozenset[str],
+            budget: _Budget, kind: str, shape: str | None) -> _Placements:
     """Every value of `kind` (`shape`) in `reading` with its label, on the lines a spot can
-    read: those with a word of the labels a value stood `right` of, and those under a line
-    with a word of the labels it stood `below` (reading values costs more than the rest of
-    `apply`)."""
-    out: list[_Placed] = []
+    read: those with a word of the labels values stood `right` of, and those under a line
+    with a word of the labels they stood `below` (reading values costs more than the rest
+    of `apply`)."""
+    out = _Placements()
     has_right, has_below = upper.lines_with(right), upper.lines_with(below)
     for index, line in enumerate(reading):
+        if budget.placed <= 0:
+            break
         if not (index in has_right or (index - 1) in has_below):
             continue
         found = values_in(kind, line[0], shape)
+        budget.placed -= len(found)
         for value, start, _ in found:
             where, label = _label_before(reading, index, start)
             if label:
-                out.append(_Placed(value, index, where, label, _template(line[0], found, start), line[3]))
+                out.add(where, label, _Placed(value, index, _template(line[0], found, start), line[3]))
     return out
 
 
@@ -495,28 +549,20 @@ class _UpperText:
         return out
 
 
-class _Comparisons:
-    """The fuzzy label comparisons a document has left (`MAX_FUZZY_LABELS`)."""
-
-    def __init__(self, left: int = MAX_FUZZY_LABELS) -> None:
-        self.left = left
-
-    def similar(self, a: str, b: str) -> bool:
-        if a == b:
-            return True
-        if self.left <= 0:
-            return False
-        self.left -= 1
-        return _similar(a, b)
-
-
-def _read_spot(placed: list[_Placed], spot: dict[str, Any], comparisons: _Comparisons) -> tuple[Any, int, bool] | None:
+def _read_spot(placed: _Placements, spot: dict[str, Any], budget: _Budget) -> tuple[Any, int, bool] | None:
     """The value after `spot`'s label, the index of its line and whether the line has the
     learned shape (`_template`): of the values whose label matches, one on a line of the
     learned shape first, then the nearest to the learned height."""
+    where, wanted = spot["where"], spot["label"]
+    labels = [wanted] if (where, wanted) in placed.by_label else []
+    for label in placed.labels.get(where, ()):
+        if budget.comparisons <= 0:
+            break
+        if label != wanted and budget.similar(label, wanted):
+            labels.append(label)
     best: tuple[tuple[bool, float], _Placed] | None = None
-    for candidate in placed:
-        if candidate.where == spot["where"] and comparisons.similar(candidate.label, spot["label"]):
+    for label in labels:
+        for candidate in placed.by_label[(where, label)]:
             rank = (candidate.template != spot.get("line"), abs(candidate.y - spot["y"]))
             if best is None or rank < best[0]:
                 best = (rank, candidate)
@@ -524,11 +570,29 @@ def _read_spot(placed: list[_Placed], spot: dict[str, Any], comparisons: _Compar
 
 
 def _json_value(kind: str, schema: dict[str, Any], value: Any) -> Any:
-    if isinstance(value, dt.date):
-        return value.isoformat()
-    if kind == "integer":
-        return int(value)
-    return value
+    """`value` as the field takes it; None when it does not fit the field as it is now (its
+    schema may have changed since the example was learned: a type, an enum, a format)."""
+    if isinstance(value, dt.date) and schema.get("format") == "date-time":
+        value = as_date_time(dt.datetime(value.year, value.month, value.day))  # a learned spot reads the date
+    elif isinstance(value, dt.date):
+        value = value.isoformat()
+    elif kind == "integer":
+        try:
+            value = int(value)
+        except (TypeError, ValueError, OverflowError):
+            return None
+    return value if _fits(json.dumps(schema, sort_keys=True), value) else None
+
+
+@functools.lru_cache(maxsize=1024)
+def _validator(schema: str) -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(json.loads(schema), format_checker=format_checker())
+
+
+def _fits(schema: str, value: Any) -> bool:
+    return bool(_validator(schema).is_valid(value))
 
 
 def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequence[Match],
@@ -546,23 +610,34 @@ def apply(reading: Sequence[ReadingLine], schema: dict[str, Any], examples: Sequ
     result = _copy(result)
     fields = dict(fields)
     top = header(reading)
-    placed = functools.cache(functools.partial(_placed, reading, _UpperText(reading)))
-    comparisons = _Comparisons()
+    # The lines any field's spots can read, and what they hold, placed once per kind and shape.
+    spots = [spot for match in examples for lesson in match.fields.values() if isinstance(lesson, dict)
+             for spot in lesson.get("spots", [])]
+    right = frozenset(w for spot in spots if spot["where"] == "right" for w in spot["label"].split())
+    below = frozenset(w for spot in spots if spot["where"] != "right" for w in spot["label"].split())
+    budget = _Budget()
+    placed = functools.cache(functools.partial(_placed, reading, _UpperText(reading), right, below, budget))
     for pointer, sub in scalar_fields(schema):
         kind = _kind(sub)
         taught = [(m, m.fields[pointer]) for m in examples if isinstance(m.fields.get(pointer), dict)]
         if not taught:
             continue
         chosen = (_constant(top, taught, _get(result, pointer))
-                  or _spots(placed, kind, taught, _get(result, pointer), comparisons))
+                  or _spots(placed, kind, taught, _get(result, pointer), budget))
         if chosen is None:
             continue
         value, source, agreeing, sure, line = chosen
+        learned = _json_value(kind, sub, value)
+        if learned is None:
+            continue
         confidence = round(_confidence(agreeing) * sure, 3)
-        if pointer in fields and _same(kind, _confirmed(kind, _get(result, pointer)), _confirmed(kind, value)):
+        generic = _get(result, pointer)
+        if pointer in fields and _same(kind, _confirmed(kind, generic), _confirmed(kind, value)):
             # The generic rules read the same value: two readings agreeing are no less sure than either.
             confidence = max(confidence, fields[pointer].get("confidence", 0.0))
-        _set(result, pointer, _json_value(kind, sub, value))
+            if sub.get("format") == "date-time":
+                learned = generic  # with the clock time the rules read beside the date
+        _set(result, pointer, learned)
         evidence: dict[str, Any] = {"confidence": confidence, "learnedFrom": source, "learnedExamples": agreeing}
         if line is not None:
             text, page, x0, y0, x1, y1 = reading[line][:6]
@@ -621,9 +696,9 @@ def _prints_more(generic: str, constant: str) -> bool:
 _FAR_LONGER = 10
 
 
-def _spots(placed: Callable[[str, str | None, frozenset[str], frozenset[str]], list[_Placed]], kind: str,
+def _spots(placed: Callable[[str, str | None], _Placements], kind: str,
            taught: list[tuple[Match, dict[str, Any]]], generic: Any,
-           comparisons: _Comparisons) -> tuple[Any, str, int, float, int | None] | None:
+           budget: _Budget) -> tuple[Any, str, int, float, int | None] | None:
     """The value most examples choose. An example chooses the value its spots read with
     the most weight, against the generic rules' value at 0.75. Its spots share one vote:
     they all held the value in the example, so where they now disagree the example cannot
@@ -635,15 +710,12 @@ def _spots(placed: Callable[[str, str | None, frozenset[str], frozenset[str]], l
     """
     if generic is not None:
         generic = _confirmed(kind, generic)
-    taught_spots = [spot for _, lesson in taught for spot in lesson.get("spots", [])]
-    right = frozenset(w for spot in taught_spots if spot["where"] == "right" for w in spot["label"].split())
-    below = frozenset(w for spot in taught_spots if spot["where"] != "right" for w in spot["label"].split())
     choices: list[tuple[Any, str, int | None]] = []  # (value, example id, line)
     for match, lesson in taught:
         read: list[tuple[Any, float, int | None]] = [(generic, 0.75, None)] if generic is not None else []
         spots = lesson.get("spots", [])
         for spot in spots:
-            found = _read_spot(placed(kind, lesson.get("shape"), right, below), spot, comparisons)
+            found = _read_spot(placed(kind, lesson.get("shape")), spot, budget)
             if found is not None:
                 weight = (1.0 if spot["where"] == "right" else 0.5) * (1.0 if found[2] else 0.6) / len(spots)
                 read.append((found[0], weight, found[1]))

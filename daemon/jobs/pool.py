@@ -28,7 +28,6 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 import trio
-from sqlalchemy.engine import Connection
 
 from daemon.clock import utcnow
 from daemon.config import Config
@@ -176,12 +175,10 @@ def _learned_lookup(services: Services, job: Job, definition: dict[str, Any]) ->
     if not learning_on(definition, services.config.learning.enabled):
         return None
 
-    def read_with(conn: Connection, keys: list[str], then: Callable[[list[learning.Match]], T]) -> T:
-        rows = learning_repo.closest_examples(conn, job.user_id, job.schema_id, keys)
-        return then(learning.matches([learning.Match(*row) for row in rows]))
-
     async def lookup(keys: list[str], then: Callable[[list[learning.Match]], T]) -> T:
-        return await services.db.read(read_with, keys, then)
+        rows = await services.db.read(learning_repo.closest_examples, job.user_id, job.schema_id, keys)
+        # Reading with the examples runs after the transaction: it holds no connection meanwhile.
+        return await trio.to_thread.run_sync(then, learning.matches([learning.Match(*row) for row in rows]))
 
     return lookup
 

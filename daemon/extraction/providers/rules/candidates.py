@@ -11,7 +11,7 @@ from typing import Any
 
 from daemon.extraction.providers.rules.fields import FieldQuery
 from daemon.extraction.providers.rules.layout import Layout, LineRef
-from daemon.extraction.providers.rules.values import Found, find_time
+from daemon.extraction.providers.rules.values import Found, as_date_time, find_time
 
 
 @dataclass
@@ -53,8 +53,10 @@ def typed(query: FieldQuery, found: Candidate) -> Any:
     json_type = query.type
     if isinstance(value, dt.date):
         if query.format == "date-time":
+            # RFC 3339 needs an offset, which a receipt or an invoice does not print: its
+            # clock time is given as UTC (README "Extraction").
             clock = find_time(found.ref.text[found.end :]) or (0, 0, 0)
-            return dt.datetime(value.year, value.month, value.day, *clock).isoformat()
+            return as_date_time(dt.datetime(value.year, value.month, value.day, *clock))
         return value.isoformat()
     if json_type == "integer":
         if isinstance(value, bool):

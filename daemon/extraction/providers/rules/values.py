@@ -231,6 +231,12 @@ def find_dates(text: str, order: DateOrder = DateOrder.DMY) -> list[Found]:
     return found
 
 
+def as_date_time(moment: dt.datetime) -> str:
+    """`moment`, a clock time printed without a zone, as an RFC 3339 date-time in UTC
+    ("2018-12-25T20:13:39Z"): JSON Schema's `date-time` requires an offset."""
+    return moment.replace(tzinfo=None).isoformat() + "Z"
+
+
 def find_time(text: str) -> tuple[int, int, int] | None:
     match = _TIME.search(text)
     if match is None:

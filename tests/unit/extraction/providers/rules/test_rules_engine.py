@@ -15,6 +15,7 @@ from daemon.extraction.parsers import ParseOptions, parse
 from daemon.extraction.providers.rules.engine import extract_rules
 from daemon.extraction.providers.rules.labels import concepts_for
 from daemon.jobs import filetypes
+from daemon.schemas.definition import check_result
 
 MIME = {
     "pdf": filetypes.PDF, "png": filetypes.PNG, "jpeg": filetypes.JPEG, "docx": filetypes.DOCX,
@@ -134,15 +135,18 @@ def test_typed_values_booleans_integers_emails_enums_and_datetimes() -> None:
         "Payment method: Credit card",
         "Issued: 25/12/2018 8:13:39 PM",
     )
-    result, _ = extract_rules(doc, {"type": "object", "properties": {
+    schema = {"type": "object", "properties": {
         "paid": {"type": "boolean"},
         "pages": {"type": "integer"},
         "contact_email": {"type": "string", "format": "email"},
         "payment_method": {"type": "string", "enum": ["cash", "credit card", "transfer"]},
         "issued": {"type": "string", "format": "date-time"},
-    }})
+    }}
+    result, _ = extract_rules(doc, schema)
+    # A clock time printed without a zone is given in UTC: JSON Schema's date-time needs an offset.
     assert result == {"paid": True, "pages": 12, "contact_email": "jane@example.org",
-                      "payment_method": "credit card", "issued": "2018-12-25T20:13:39"}
+                      "payment_method": "credit card", "issued": "2018-12-25T20:13:39Z"}
+    assert check_result(schema, result).problems == []
 
 
 def test_currency_comes_from_the_total_or_the_document() -> None:

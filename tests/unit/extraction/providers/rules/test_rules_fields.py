@@ -91,7 +91,7 @@ def test_the_best_candidate_wins_and_of_near_equals_the_first_or_the_last() -> N
 def test_a_candidate_becomes_the_json_value_of_its_field() -> None:
     ref = layout("Issued 2024-03-12 14:05  Qty 3.0  Net 1,234.50").lines()[0]
     when = found_at(ref, 7, 17, Found(dt.date(2024, 3, 12), 7, 17), 1.0)
-    assert typed(field_query("issued", {"type": "string", "format": "date-time"}), when) == "2024-03-12T14:05:00"
+    assert typed(field_query("issued", {"type": "string", "format": "date-time"}), when) == "2024-03-12T14:05:00Z"
     assert typed(field_query("issued", {"type": "string", "format": "date"}), when) == "2024-03-12"
     at = ref.text.index("3.0")
     quantity = found_at(ref, at, at + 3, Found(3.0, at, at + 3), 1.0)
