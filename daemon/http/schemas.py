@@ -15,7 +15,7 @@ from daemon.errors import BadRequest, NotFound
 from daemon.http.context import limited_per_ip, no_content, services
 from daemon.http.models import ApiModel
 from daemon.http.openapi import NoContent
-from daemon.http.pagination import PageQuery, page
+from daemon.http.pagination import PageQuery, encoded, page
 from daemon.schemas.convert import (
     ConversionError,
     FieldSpec,
@@ -165,11 +165,11 @@ async def create_schema(data: CreateSchemaBody) -> tuple[dict[str, Any], int]:
 @blueprint.get("/schemas")
 @validate_querystring(PageQuery)
 @document_response(SchemaPage)
-async def list_schemas(query_args: PageQuery) -> dict[str, Any]:
+async def list_schemas(query_args: PageQuery) -> Response:
     """The current user's schemas that are not deleted, newest first."""
     rows = await services().db.read(repo.list_schemas, current_principal().user_id, query_args.limit,
                                     query_args.cursor)
-    return page(rows, query_args.limit, schema_json)
+    return await encoded(page(rows, query_args.limit, schema_json))
 
 
 @blueprint.get("/schemas/<schema_id>")

@@ -61,6 +61,9 @@ MAX_PROPERTIES = 200  # properties at every level together
 MAX_NAME_CHARS = 200
 MAX_TEXT_CHARS = 2000  # title and description
 MAX_ENUM_VALUES = 500
+# An enum value is a category ("CARD", "credit card"), not a text: 500 values of 7,900
+# characters made a definition of 3.5 MB, and a page of 100 such schemas 395 MB.
+MAX_ENUM_CHARS = MAX_NAME_CHARS
 # check_definition and check_result report at most this many problems, a result's each
 # cut to this length (a message quotes the failing value, which may be a whole table).
 MAX_PROBLEMS = 100
@@ -282,6 +285,8 @@ class _Walk:
         for i, value in enumerate(values):
             if not matches_type(kind, value):
                 self.add((*path, i), f"must be {TYPE_NOUNS[kind]}")
+            elif isinstance(value, str) and len(value) > MAX_ENUM_CHARS:
+                self.add((*path, i), f"must be shorter than or equal to {MAX_ENUM_CHARS} characters")
 
 
 # --- formats -------------------------------------------------------------------------
@@ -384,6 +389,20 @@ def learning_on(definition: dict[str, Any], enabled: bool) -> bool:
 def incomplete_fails(definition: dict[str, Any]) -> bool:
     """Whether the definition opted into failing a result that lacks required values."""
     return definition.get(INCOMPLETE_KEYWORD) == "fail"
+
+
+def closed(definition: dict[str, Any]) -> dict[str, Any]:
+    """`definition` with no properties but its own at every object (`additionalProperties`
+    false): what a person's correction is checked against. A key the schema does not have
+    is a typo to point out, not a value to keep (100 corrections of 4 MB under a made-up
+    key made one page of the jobs list 390 MB)."""
+    out = {key: closed(value) if key in ("items",) and isinstance(value, dict) else value
+           for key, value in definition.items()}
+    if isinstance(definition.get("properties"), dict):
+        out["properties"] = {name: closed(sub) if isinstance(sub, dict) else sub
+                             for name, sub in definition["properties"].items()}
+        out["additionalProperties"] = False
+    return out
 
 
 def check_result(definition: dict[str, Any], result: object) -> ResultCheck:

@@ -183,3 +183,27 @@ async def test_a_date_time_field_completes_with_an_offset(client: Any, services:
     again = await completed_job(client, services, alice, schema_id,
                                 f"{HEAD}Datum 06.03.2024 11:20\nSumme EUR 8.80\n".encode())
     assert again["result"]["issued"] == "2024-03-06T11:20:00Z"
+
+
+async def test_a_correction_may_only_carry_the_schemas_own_keys(client: Any, services: Services,
+                                                                alice: dict[str, str]) -> None:
+    # Undeclared keys were stored: 100 corrections of 3.9 MB under "junk" made one page of
+    # GET /api/jobs 390 MB (four at once took the daemon to 4.3 GB).
+    schema_id = await create_schema(client, alice, SCHEMA, name="Receipt")
+    job = await completed_job(client, services, alice, schema_id, f"{HEAD}Summe EUR 7.70\n".encode())
+    r = await client.patch(f"/api/jobs/{job['id']}/result",
+                           json={"result": {**job["result"], "junk": "x" * 1000, "totl": 7.7}}, headers=alice)
+    body = await r.get_json()
+    assert r.status_code == 400, body
+    assert body["message"] == ["result: Additional properties are not allowed ('junk', 'totl' were unexpected)"]
+    r = await client.get(f"/api/jobs/{job['id']}", headers=alice)
+    assert "junk" not in (await r.get_json())["result"]
+
+
+async def test_an_enum_value_is_a_category_not_a_text(client: Any, alice: dict[str, str]) -> None:
+    # 500 values of 7,900 characters made a definition of 3.5 MB; 100 such schemas, a page of 395 MB.
+    definition = {"type": "object", "properties": {"kind": {"type": "string", "enum": ["CARD", "C" * 201]}}}
+    r = await client.post("/api/schemas", json={"name": "Big", "definition": definition}, headers=alice)
+    body = await r.get_json()
+    assert r.status_code == 400, body
+    assert body["message"] == ["definition.properties.kind.enum[1] must be shorter than or equal to 200 characters"]
