@@ -629,7 +629,7 @@ async def _record_lessons(job: Job) -> None:
     lessons = await trio.to_thread.run_sync(learning.learn, reading.get("lines") or [], job.result,
                                             schema_of(schema.definition))
     await svc.db.run(learning_repo.record_example, user_id=job.user_id, schema_id=job.schema_id, job_id=job.id,
-                     fields=lessons, keys=reading.get("keys") or [], now=utcnow())
+                     fields=lessons, keys=reading.get("keys") or [], now=utcnow(), version=job.updated_at)
 
 
 @blueprint.delete("/jobs/<job_id>")

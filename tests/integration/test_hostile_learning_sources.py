@@ -207,3 +207,25 @@ async def test_an_enum_value_is_a_category_not_a_text(client: Any, alice: dict[s
     body = await r.get_json()
     assert r.status_code == 400, body
     assert body["message"] == ["definition.properties.kind.enum[1] must be shorter than or equal to 200 characters"]
+
+
+async def test_corrections_sent_at_once_teach_what_the_job_keeps(client: Any, services: Services,
+                                                                 alice: dict[str, str]) -> None:
+    # Each correction was learned from after its commit, on its own copy of the job: the last
+    # learner won, not the last correction (3 rounds in 5 left an example of a replaced total).
+    import functools
+
+    import trio
+
+    schema_id = await create_schema(client, alice, SCHEMA, name="Receipt")
+    lines = "".join(f"Posten {i} EUR {i}.00\n" for i in range(1, 21))
+    job = await completed_job(client, services, alice, schema_id, f"{HEAD}{lines}Summe EUR 1.00\n".encode())
+    for _ in range(3):
+        async with trio.open_nursery() as nursery:
+            for total in range(1, 21):
+                nursery.start_soon(functools.partial(
+                    client.patch, f"/api/jobs/{job['id']}/result",
+                    json={"result": {**job["result"], "total": float(total)}}, headers=alice))
+        kept = (await (await client.get(f"/api/jobs/{job['id']}", headers=alice)).get_json())["result"]["total"]
+        [example] = await _examples(client, alice, schema_id)
+        assert example["fields"]["/total"]["value"] == kept
