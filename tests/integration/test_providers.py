@@ -633,3 +633,20 @@ async def test_a_correction_reaches_the_prompt_of_the_issuers_next_document_as_a
     # Another issuer's document gets no example.
     await run(receipt("BAECKEREI SCHMIDT KG\nBahnhofstrasse 3", "9999-C").replace(b"DE123456789", b"DE987654321"))
     assert "4711-A" not in system_prompt(provider, server.requests[-1])
+
+
+async def test_a_schema_the_server_refuses_does_not_take_structured_output_from_the_others(
+    server: FakeServer, client: httpx.AsyncClient
+) -> None:
+    # OpenAI refuses a strict schema over its limits; remembering that for the whole server
+    # put every later job of every user in JSON mode until a restart.
+    server.replies += [
+        Reply(400, {"error": {"message": "Invalid schema for response_format 'extraction': too many enum values"}}),
+        Reply(body=chat(json.dumps(ANSWER))),
+        Reply(body=chat(json.dumps(ANSWER))),
+    ]
+    provider = OpenAIProvider(openai_config(server))
+    assert (await provider.extract(document(), SCHEMA, client)).result == ANSWER
+    await provider.extract(document(), SCHEMA, client)
+    assert [r.body["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object",
+                                                                           "json_schema"]

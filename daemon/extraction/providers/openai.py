@@ -39,7 +39,7 @@ from daemon.extraction.providers.llm import (
 )
 from daemon.schemas.definition import check_result
 
-# Base URLs whose servers refused response_format json_schema.
+# Base URLs whose servers do not take response_format json_schema at all.
 _NO_JSON_SCHEMA: set[str] = set()
 
 
@@ -68,7 +68,8 @@ class OpenAIProvider:
             if not _refuses_json_schema(response):
                 data = self._check(response)
                 return parse_json_answer(_content(data)), [_usage(data)]
-            _NO_JSON_SCHEMA.add(self.config.base_url)
+            if not _refuses_this_schema(response):
+                _NO_JSON_SCHEMA.add(self.config.base_url)
         return await self._ask_json_mode(client, definition, instructions, text)
 
     async def _ask_json_mode(self, client: httpx.AsyncClient, definition: dict[str, Any], instructions: str,
@@ -130,6 +131,13 @@ def _refuses_json_schema(response: httpx.Response) -> bool:
         return False
     text = response.text.lower()
     return "response_format" in text or "json_schema" in text or "structured" in text
+
+
+def _refuses_this_schema(response: httpx.Response) -> bool:
+    """Whether the server takes json_schema but not this one (OpenAI: "Invalid schema for
+    response_format 'extraction': ..." for a schema over its limits). That is one schema's,
+    one user's: the server's other schemas keep structured output."""
+    return "invalid schema" in response.text.lower()
 
 
 def _content(data: dict[str, Any]) -> str:
