@@ -36,7 +36,7 @@ from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
 from daemon.jobs.upload import StoredFile, Upload, file_too_large, receive_upload
-from daemon.schemas.definition import check_result, closed, incomplete_fails, learning_on
+from daemon.schemas.definition import check_result, incomplete_fails, learning_on
 from daemon.storage.ids import looks_like_id
 from daemon.storage.repos import jobs as repo
 from daemon.storage.repos import learning as learning_repo
@@ -578,8 +578,8 @@ async def patch_result(job_id: str, data: PatchResultBody) -> tuple[dict[str, An
     missing: list[str] = []
     if schema is not None:
         # In a thread: a corrected result of 4 MiB takes a second or two to check.
-        check = await trio.to_thread.run_sync(check_result, closed(schema.definition), data.result)
-        problems = [f"result{p[1:] if p.startswith('/:') else p}" for p in check.problems]  # the root is "result"
+        check = await trio.to_thread.run_sync(check_result, schema.definition, data.result)
+        problems = [f"result{p}" for p in check.problems]
         if incomplete_fails(schema.definition):
             problems += [f"result{pointer} is required" for pointer in check.missing]
         if problems:

@@ -391,20 +391,6 @@ def incomplete_fails(definition: dict[str, Any]) -> bool:
     return definition.get(INCOMPLETE_KEYWORD) == "fail"
 
 
-def closed(definition: dict[str, Any]) -> dict[str, Any]:
-    """`definition` with no properties but its own at every object (`additionalProperties`
-    false): what a person's correction is checked against. A key the schema does not have
-    is a typo to point out, not a value to keep (100 corrections of 4 MB under a made-up
-    key made one page of the jobs list 390 MB)."""
-    out = {key: closed(value) if key in ("items",) and isinstance(value, dict) else value
-           for key, value in definition.items()}
-    if isinstance(definition.get("properties"), dict):
-        out["properties"] = {name: closed(sub) if isinstance(sub, dict) else sub
-                             for name, sub in definition["properties"].items()}
-        out["additionalProperties"] = False
-    return out
-
-
 def check_result(definition: dict[str, Any], result: object) -> ResultCheck:
     """Compare `result` with `definition` (which passed `check_definition`).
 

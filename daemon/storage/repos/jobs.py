@@ -54,7 +54,8 @@ from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
 from daemon.storage.database import Wake, as_utc, lock_rows, stamped_after, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
-from daemon.storage.tables import UNREVIEWED, idempotency_keys, job_runs, jobs
+from daemon.storage.tables import UNREVIEWED, deliveries, events, idempotency_keys, job_runs, jobs
+from daemon.webhooks.models import DUE_STATUSES
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,10 @@ def delete_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) ->
     job = _to_change(conn, job_id, user_id)
     transitions.check_delete(job)
     conn.execute(jobs.delete().where(jobs.c.id == job_id))
+    # Its events go too (each carries the job, its result: a job corrected 50 times kept
+    # 195 MB of them), with their delivery history; not one a webhook has still to deliver.
+    undelivered = sa.exists().where(deliveries.c.event_id == events.c.id, deliveries.c.status.in_(DUE_STATUSES))
+    conn.execute(events.delete().where(events.c.job_id == job_id, events.c.user_id == job.user_id, ~undelivered))
     # The keys that created it go with it: a repeat of the upload makes a new job, where it
     # replayed a job that no longer is (404 for a create, for the keys' 24 h).
     conn.execute(idempotency_keys.delete().where(
