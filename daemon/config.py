@@ -22,6 +22,7 @@ import dataclasses
 import functools
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -330,6 +331,9 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
 
+_MAX_DURATION_S = 3650 * 86400
+
+
 def parse_duration(raw: Any, unit_s: float) -> int:
     """``"15m"``, ``"30d"``, ``"250ms"`` or a bare number in the field's unit → int in that unit."""
     if isinstance(raw, bool):
@@ -342,8 +346,12 @@ def parse_duration(raw: Any, unit_s: float) -> int:
             raise ValueError("expected a duration such as 15m, 30d or 10s")
         number, unit = float(m.group(1)), m.group(2)
         value = number if unit is None else number * _DURATION_UNITS_S[unit] / unit_s
+    if not math.isfinite(value):
+        raise ValueError("must be a finite duration")
     if value < 0:
         raise ValueError("must not be negative")
+    if value * unit_s > _MAX_DURATION_S:
+        raise ValueError("must be at most 3650d")  # no timer, lease or date holds more
     return round(value)
 
 
@@ -365,6 +373,8 @@ def parse_rate(raw: Any) -> RateLimit:
     if not m or m.group(3) not in _RATE_PERIODS_S:
         raise ValueError("expected a rate such as 10/min, 5/s or 100/1h")
     count, multiple = int(m.group(1)), int(m.group(2) or 1)
+    if multiple == 0:
+        raise ValueError("the period must be at least 1 (10/min, 100/1h)")
     return RateLimit(count, multiple * _RATE_PERIODS_S[m.group(3)])
 
 
@@ -485,6 +495,8 @@ def load_config(
             problems.append(f"config file {path}: cannot be read ({exc})")
         except tomllib.TOMLDecodeError as exc:
             problems.append(f"config file {path}: invalid TOML ({exc})")
+        except RecursionError:
+            problems.append(f"config file {path}: nested too deeply to be a docex configuration")
 
     sections = _section_classes()
     for key, value in file_data.items():
@@ -612,6 +624,16 @@ def _validate(c: Config) -> list[str]:
               f"{name}: must be an http(s) URL (got {url!r})")
     check(c.google.timeout_ms >= 1, "google.timeout: must be positive")
     check(c.database.pool_size >= 1, "database.pool_size: must be at least 1")
+    check(c.server.keep_alive_timeout_s >= 1, "server.keep_alive_timeout: must be at least 1s")
+    if c.database.url:
+        from sqlalchemy.engine import make_url  # only for a URL given: this module loads before the heavy ones
+
+        try:
+            backend = make_url(c.database.url).get_backend_name()
+        except Exception:  # sqlalchemy's ArgumentError, or a ValueError of a port that is no number
+            backend = None
+        check(backend in ("sqlite", "postgresql"),
+              "DOCEX_DATABASE_URL: must be a sqlite:/// or postgresql+psycopg:// URL")
     check(0 <= c.review.confidence_threshold <= 1,
           f"review.confidence_threshold: must be 0-1 (got {c.review.confidence_threshold:g})")
     check(c.inboxes.interval_s >= 1, "inboxes.interval: must be at least 1s")

@@ -18,6 +18,7 @@ root is cancelled and the process exits 0.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import signal
@@ -48,8 +49,15 @@ class ConfigSource:
         self.path = path
         self.overrides = dict(overrides)
 
-    def load(self) -> Config:
-        return with_dev_secrets(load_config(self.path, overrides=self.overrides))
+    def load(self, running: Config | None = None) -> Config:
+        """The configuration as the file and environment say now. Reloaded beside a `running`
+        one, development secrets still come from the running data directory: the directory
+        changes only with a restart, and so must what signs the tokens already issued."""
+        config = load_config(self.path, overrides=self.overrides)
+        if running is None:
+            return with_dev_secrets(config)
+        filled = with_dev_secrets(dataclasses.replace(config, data_dir=running.data_dir))
+        return dataclasses.replace(filled, data_dir=config.data_dir)
 
 
 async def serve(
@@ -139,10 +147,13 @@ async def _handle_signals(
 async def reload(services: Services, source: ConfigSource) -> bool:
     """Re-read file and environment; apply hot settings, keep the old config if invalid."""
     try:
-        new = await trio.to_thread.run_sync(source.load)
+        new = await trio.to_thread.run_sync(source.load, services.config)
     except ConfigError as exc:
         for problem in exc.problems:
             log.error("reload rejected: %s", problem, extra={"action": "config.reload_rejected"})
+        return False
+    except Exception as exc:  # an unreadable secrets file, ...: a reload must never end the daemon
+        log.error("reload rejected: %s", exc, extra={"action": "config.reload_rejected"})
         return False
     merged, cold = hot_reload(services.config, new)
     set_level(merged.log.level)

@@ -89,6 +89,9 @@ def configure_logging(level: str) -> None:
         logging.getLogger(name).propagate = True
     # Hypercorn's own access log would duplicate ours (daemon.http.access).
     logging.getLogger("hypercorn.access").disabled = True
+    # httpx logs every request's whole URL at INFO: a webhook's URL may hold its secret
+    # (?token=, Slack's path). Its warnings still come through.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     set_level(level)
 
 

@@ -221,3 +221,47 @@ def test_a_config_path_that_is_not_a_regular_file_is_refused_without_reading_it(
                        (big, "larger than 1024 KiB"), (tmp_path / "none.toml", "not found")):
         with pytest.raises(ConfigError, match=said):
             load_config(str(path), environ={})
+
+
+@pytest.mark.parametrize(("environ", "problem"), [
+    ({"DOCEX_JOBS_LEASE": "1e300"}, "DOCEX_JOBS_LEASE: expected a duration"),
+    ({"DOCEX_RATE_LIMITS_LOGIN": "5/0min"}, "DOCEX_RATE_LIMITS_LOGIN: the period must be at least 1"),
+    ({"DOCEX_SERVER_KEEP_ALIVE_TIMEOUT": "0"}, "server.keep_alive_timeout: must be at least 1s"),
+    ({"DOCEX_DATABASE_URL": "mysql://db/docex"}, "DOCEX_DATABASE_URL: must be a sqlite:///"),
+    ({"DOCEX_DATABASE_URL": "not a url at all"}, "DOCEX_DATABASE_URL: must be a sqlite:///"),
+])
+def test_values_that_broke_the_running_daemon_are_refused(environ, problem) -> None:
+    """Each passed `config check` and then made every login a 500 (a rate per 0 minutes),
+    reset every connection (keep-alive 0), crashed the workers in a loop (a lease of 1e300 s)
+    or ended `serve` with a traceback (a database URL docex cannot use)."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ=environ)
+    assert any(p.startswith(problem) for p in caught.value.problems), caught.value.problems
+
+
+def test_durations_in_a_file_must_be_finite_and_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    for text, problem in (("[jobs]\nlease = inf\n", "must be a finite duration"),
+                          ("[jobs]\nlease = nan\n", "must be a finite duration"),
+                          ("[server]\ngrace_period = 1e300\n", "must be at most 3650d")):
+        path.write_text(text)
+        with pytest.raises(ConfigError) as caught:
+            load_config(str(path), environ={})
+        assert any(problem in p for p in caught.value.problems), caught.value.problems
+
+
+def test_a_reload_naming_another_data_directory_keeps_the_running_secrets(tmp_path: Path) -> None:
+    """The data directory is cold; the development secrets in it signed the tokens already
+    issued. A reload made new ones in the new directory and every user got 401."""
+    from daemon.lifecycle import ConfigSource
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'data_dir = "{tmp_path / "one"}"\n')
+    source = ConfigSource(str(path), {})
+    running = source.load()
+    path.write_text(f'data_dir = "{tmp_path / "two"}"\n')
+    reloaded = source.load(running)
+    assert reloaded.data_dir == str(tmp_path / "two")
+    assert reloaded.auth.jwt_access_secret == running.auth.jwt_access_secret
+    assert reloaded.webhooks.encryption_key == running.webhooks.encryption_key
+    assert not (tmp_path / "two").exists()
