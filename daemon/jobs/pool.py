@@ -292,15 +292,33 @@ def _retry_at(services: Services, job: Job, outcome: JobError, now: dt.datetime)
 
 
 async def _keep_lease(services: Services, job_id: str, owner: str, work: trio.CancelScope) -> None:
-    """Renew the lease every third of its length; if it was taken back, stop the work."""
+    """Renew the lease every third of its length; if it was taken back, stop the work.
+
+    A renewal the database cannot take (a restart, a failover) is tried again every second
+    while the lease lasts: the work goes on meanwhile. Before, one failed renewal threw the
+    work away, and three short outages failed a healthy job ("stopped responding 3 times").
+    """
+    held_until = trio.current_time() + services.config.jobs.lease_s  # the claim has just set it
+    wait = services.config.jobs.lease_s / 3
     while True:
-        await trio.sleep(services.config.jobs.lease_s / 3)
-        renewed = await services.db.run(
-            repo.renew_lease, job_id=job_id, owner=owner, now=utcnow(), lease_s=services.config.jobs.lease_s
-        )
+        await trio.sleep(wait)
+        lease_s = services.config.jobs.lease_s
+        try:
+            renewed = await services.db.run(repo.renew_lease, job_id=job_id, owner=owner, now=utcnow(),
+                                            lease_s=lease_s)
+        except sa.exc.DBAPIError:
+            if trio.current_time() >= held_until:  # lapsed: the reaper may give the job to another worker
+                work.cancel()
+                return
+            log.warning("cannot renew a job's lease; trying again", extra={"action": "worker.lease_retry",
+                                                                           "job_id": job_id})
+            wait = min(1.0, lease_s / 3)
+            continue
         if not renewed:
             work.cancel()
             return
+        held_until = trio.current_time() + lease_s
+        wait = lease_s / 3
 
 
 async def run_reaper(services: Services, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:

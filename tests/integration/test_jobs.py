@@ -506,6 +506,40 @@ async def test_a_database_connection_lost_during_an_attempt_retries_the_job(
     assert lost == 1
 
 
+async def test_a_lease_renewal_the_database_refuses_briefly_keeps_the_work(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
+    """One failed renewal threw the attempt's work away and left the job to the reaper, which
+    counted an attempt: three short outages of the database failed a healthy job."""
+    import sqlalchemy as sa
+    import trio
+
+    import daemon.jobs.pool as pool
+    from daemon.storage.repos import jobs as jobs_repo
+
+    real_extract, real_renew = pool.extract, jobs_repo.renew_lease
+    refused = 0
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await trio.sleep(2.5)  # several renewals of a 1.5 s lease
+        return await real_extract(*args, **kwargs)
+
+    def renew_refused_twice(*args: Any, **kwargs: Any) -> Any:
+        nonlocal refused
+        if refused < 2:
+            refused += 1
+            raise sa.exc.OperationalError("UPDATE jobs", {}, Exception("the database system is starting up"))
+        return real_renew(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "extract", slow)
+    monkeypatch.setattr(jobs_repo, "renew_lease", renew_refused_twice)
+    with_jobs_config(services, lease_s=1.5, max_attempts=3)
+    job = await create_job(client, alice, schema_id)
+    async with running_workers(services, workers=1):
+        done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED", deadline_s=20)
+    assert done["status"] == "COMPLETED" and done["attempts"] == 1, done
+    assert refused == 2
+
+
 async def test_the_pool_retries_a_transient_provider_error_up_to_max_attempts(
         client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
     """End to end through the worker pool, with the provider replaced by one that times out."""
