@@ -89,7 +89,7 @@ async def ready() -> tuple[dict[str, Any], int]:
     checks: dict[str, str] = {}
     try:
         with trio.fail_after(_READY_DB_TIMEOUT_S):
-            current = await state.db.read(is_current)
+            current = await state.db.probe(is_current)
         checks["database"] = "ok"
         checks["migrations"] = "ok" if current else "pending: run `docex migrate`"
     except Exception as exc:  # any failure to reach the database means "not ready"

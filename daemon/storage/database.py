@@ -132,9 +132,16 @@ class Database:
             # Named in pg_stat_activity (an operator sees which connections are docex's), unless
             # the URL names them itself.
             named = {} if "application_name" in self.url.query else {"application_name": "docex"}
+            # A database that stops answering (a partition, a dead host) must end a call, not
+            # hold its thread for ever: the daemon could not stop. libpq's connect timeout, TCP
+            # keepalives for an idle socket and a TCP user timeout for unacknowledged sends
+            # bound it to about a minute; the URL's own values win.
+            timeouts = {"connect_timeout": 10, "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10,
+                        "keepalives_count": 3, "tcp_user_timeout": 60_000}
+            connect_args = {**{k: v for k, v in timeouts.items() if k not in self.url.query}, **named}
             return sa.create_engine(
                 self.url, pool_size=pool_size, max_overflow=0, pool_pre_ping=True, pool_recycle=1800,
-                connect_args=named, hide_parameters=True,
+                connect_args=connect_args, hide_parameters=True,
             )
         connect_args = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
         if self.url.database in (None, "", ":memory:"):
@@ -177,14 +184,21 @@ class Database:
         committed, wakes whom `fn` asked for with `wake_after_commit`.
         """
 
-        return await self._in_thread(False, fn, *args, **kwargs)
+        return await self._in_thread(False, False, fn, *args, **kwargs)
 
     async def read(self, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Like `run`, for a unit of work that only reads (SQLite then takes no write lock)."""
-        return await self._in_thread(True, fn, *args, **kwargs)
+        return await self._in_thread(True, False, fn, *args, **kwargs)
+
+    async def probe(self, fn: Callable[[Connection], T]) -> T:
+        """A read its caller may stop waiting for (a readiness check under a deadline): on
+        cancellation the thread is left to finish on its own. Any other call waits for its
+        thread, which a database that stopped answering holds until its timeouts end it."""
+        return await self._in_thread(True, True, fn)
 
     async def _in_thread(
-        self, readonly: bool, fn: Callable[Concatenate[Connection, P], T], *args: P.args, **kwargs: P.kwargs
+        self, readonly: bool, abandon: bool, fn: Callable[Concatenate[Connection, P], T], *args: P.args,
+        **kwargs: P.kwargs,
     ) -> T:
         def unit_of_work() -> tuple[T, Wake]:
             with self.engine.connect() as conn:
@@ -197,7 +211,7 @@ class Database:
                     wake: Wake = conn.info.pop(_WAKE_KEY, Wake.NONE)
                 return result, wake  # reached only once committed
 
-        result, wake = await trio.to_thread.run_sync(unit_of_work, limiter=self.limiter)
+        result, wake = await trio.to_thread.run_sync(unit_of_work, limiter=self.limiter, abandon_on_cancel=abandon)
         # Back on the trio thread: a Wakeup (a trio.Event) is not thread-safe.
         if Wake.WORKERS in wake:
             self.jobs_due.set()
