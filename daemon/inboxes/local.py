@@ -6,6 +6,11 @@ symlinks followed, inside the root (`resolve_folder`), at creation and again at 
 sweep (a symlink swapped since must not lead out). Inside the folder only regular files
 are taken: symlinks, sub-folders (done/, failed/ among them) and dot-files are not.
 
+A sweep works through the folder's descriptor (`open_folder`), never its path again: the
+folder was opened component by component without following a symlink, so one swapped in
+for it or for done/ after the check (a race an attacker who can write in the folder's
+parent can win) leads nowhere: reads and moves stay in the folder that was checked.
+
 Blocking functions say so: run them with `trio.to_thread.run_sync`.
 """
 
@@ -93,6 +98,54 @@ def watched_elsewhere(root: str, folder: Path, paths: list[str]) -> bool:
     return False
 
 
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+class Folder:
+    """An inbox's folder opened (`open_folder`): listed, read and moved through its
+    descriptor. Close it (a context manager) when the pass is over."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self.fd = fd
+        self.path = path
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> Folder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_folder(root: str, relative: str) -> Folder:
+    """`resolve_folder`, then that folder opened from "/" one component at a time, following
+    no symlink (blocking): the resolved path has none, so one found now was swapped in since.
+
+    Raises:
+        PathRefused: as `resolve_folder`, or a component of the folder replaced meanwhile.
+    """
+    folder = resolve_folder(root, relative)
+    fd = os.open("/", _DIRECTORY_FLAGS)
+    try:
+        for part in folder.parts[1:]:
+            inner = os.open(part, _DIRECTORY_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    except OSError as exc:
+        os.close(fd)
+        raise PathRefused(f"path {relative!r} changed while it was opened (a symlink put in a folder's place?)") \
+            from exc
+    return Folder(fd, folder)
+
+
+# A modification time this far ahead of the clock is not a file being written now (a clock
+# ahead, or a time set by `touch -d`, `cp -p`, `rsync -t`): it is taken as settled. Waiting
+# for it held the file for ever, and a time past year 9999 ended the daemon.
+_FUTURE_S = 60.0
+
+
 @dataclass(frozen=True)
 class Scan:
     candidates: list[Candidate]
@@ -100,11 +153,11 @@ class Scan:
     settles_at: float | None
 
 
-def scan(folder: Path, *, settle_s: float, now: float) -> Scan:
+def scan(folder: Folder, *, settle_s: float, now: float) -> Scan:
     """The settled regular files directly in `folder`, oldest first (blocking)."""
     found: list[tuple[int, Candidate]] = []
     settles_at: float | None = None
-    with os.scandir(folder) as entries:
+    with os.scandir(folder.fd) as entries:
         for entry in entries:
             if entry.name.startswith("."):
                 continue
@@ -123,12 +176,12 @@ def scan(folder: Path, *, settle_s: float, now: float) -> Scan:
             if not stat.S_ISREG(info.st_mode):
                 continue
             settled = info.st_mtime + settle_s
-            if settled > now:
+            if now < settled and info.st_mtime <= now + _FUTURE_S:
                 settles_at = settled if settles_at is None else min(settles_at, settled)
                 continue
             found.append((info.st_mtime_ns, Candidate(
                 identity=identity("local", entry.name, info.st_size, info.st_mtime_ns),
-                name=entry.name, size=info.st_size, local_path=entry.path)))
+                name=entry.name, size=info.st_size, local_path=str(folder.path / entry.name))))
     found.sort(key=lambda pair: (pair[0], pair[1].name))
     return Scan([candidate for _, candidate in found], settles_at)
 
@@ -149,7 +202,7 @@ class Changed(Exception):
     """The file changed or went away between the listing and the copy: the next sweep sees it anew."""
 
 
-async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> NewJob:
+async def copy_in(blobs: BlobStore, folder: Folder, candidate: Candidate, max_bytes: int) -> NewJob:
     """Copy a local file into the blob store, hashed, counted and typed from its bytes, as
     an upload is (`daemon.jobs.upload`).
 
@@ -157,13 +210,11 @@ async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> New
         Refused: over `max_bytes`, or of an unsupported type (no blob is left).
         Changed: the file is not the one listed (its size or mtime moved, or it is gone).
     """
-    assert candidate.local_path is not None
-    path = Path(candidate.local_path)
     if candidate.size is not None and candidate.size > max_bytes:
         raise Refused(f"File too large: {candidate.name} is {candidate.size} bytes, over the maximum of "
                       f"{max_bytes} bytes (MAX_FILE_SIZE)")
     try:
-        handle = trio.wrap_file(await trio.to_thread.run_sync(_open_regular, path))
+        handle = trio.wrap_file(await trio.to_thread.run_sync(_open_regular, folder, candidate.name))
     except OSError as exc:  # gone, or a symlink now (ELOOP), or no longer a regular file
         raise Changed(candidate.name) from exc
     writer = await blobs.open_writer()
@@ -196,8 +247,8 @@ async def copy_in(blobs: BlobStore, candidate: Candidate, max_bytes: int) -> New
                   blob_key=writer.key)
 
 
-def _open_regular(path: Path) -> io.BufferedReader:
-    """`path` opened for reading if it is still a regular file (blocking). The name was listed
+def _open_regular(folder: Folder, name: str) -> io.BufferedReader:
+    """`name` in `folder` opened for reading if it is still a regular file (blocking). The name was listed
     as one, but may have been replaced since: a symlink must not be followed (it would hand
     in any file the daemon can read), nor a FIFO opened (the open would wait for a writer
     for ever, in a thread no cancellation reaches).
@@ -205,10 +256,10 @@ def _open_regular(path: Path) -> io.BufferedReader:
     Raises:
         OSError: gone, a symlink (ELOOP), or not a regular file.
     """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), dir_fd=folder.fd)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path.name} is no longer a regular file")
+            raise OSError(f"{name} is no longer a regular file")
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:
@@ -216,24 +267,43 @@ def _open_regular(path: Path) -> io.BufferedReader:
         raise
 
 
-def move_beside(folder: Path, name: str, subfolder: str, tag: str) -> None:
-    """Move `folder/name` into `folder/subfolder/` (blocking). A name already there gets
-    `tag` added; a file already gone (another process moved it, a person took it) is fine.
+def move_beside(folder: Folder, name: str, subfolder: str, tag: str, taken: str) -> None:
+    """Move `name` into `subfolder/` of `folder` (blocking), if it is still the file taken
+    (its identity `taken`): a new file written under the same name since is the next
+    sweep's, not done. A name already there gets `tag` added; a file already gone (another
+    process moved it, a person took it) is fine.
 
     Raises:
         NotADirectoryError: `subfolder` is a file or a symlink, not the folder docex made (a
             symlink done -> /elsewhere would carry files out of inboxes.local_root).
     """
-    source = folder / name
-    target_dir = folder / subfolder
     with contextlib.suppress(FileExistsError):
-        target_dir.mkdir()
-    if not stat.S_ISDIR(os.lstat(target_dir).st_mode):
+        os.mkdir(subfolder, dir_fd=folder.fd)
+    try:
+        target_dir = os.open(subfolder, _DIRECTORY_FLAGS, dir_fd=folder.fd)
+    except OSError as exc:
         raise NotADirectoryError(f"cannot move {name} into {subfolder}/: {subfolder} in the inbox's folder "
-                                 "is not a folder (a file or a symlink has its name)")
-    target = target_dir / name
-    if target.exists():
-        stem, dot, suffix = name.rpartition(".")
-        target = target_dir / (f"{stem}-{tag}.{suffix}" if dot and stem else f"{name}-{tag}")
-    with contextlib.suppress(FileNotFoundError):
-        os.rename(source, target)
+                                 "is not a folder (a file or a symlink has its name)") from exc
+    try:
+        try:
+            info = os.stat(name, dir_fd=folder.fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if identity("local", name, info.st_size, info.st_mtime_ns) != taken:
+            return
+        target = name
+        if _exists(target, target_dir):
+            stem, dot, suffix = name.rpartition(".")
+            target = f"{stem}-{tag}.{suffix}" if dot and stem else f"{name}-{tag}"
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(name, target, src_dir_fd=folder.fd, dst_dir_fd=target_dir)
+    finally:
+        os.close(target_dir)
+
+
+def _exists(name: str, dir_fd: int) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return True

@@ -29,7 +29,6 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 import trio
 
@@ -192,8 +191,8 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
                     if sweep:
                         continue  # its end wakes the loop
                 wake_at = min(wake_at, due)
-                if settles is not None:
-                    wake_at = min(wake_at, dt.datetime.fromtimestamp(settles, dt.UTC))
+                if settles is not None:  # at most an interval ahead: a file's time is whatever was set
+                    wake_at = min(wake_at, dt.datetime.fromtimestamp(min(settles, time.time() + interval), dt.UTC))
             delay = max(0.0, (wake_at - utcnow()).total_seconds())
             waits: list[Callable[[], Awaitable[object]]] = [
                 functools.partial(services.inboxes_changed.sleep, delay), services.stopping.wait,
@@ -293,8 +292,14 @@ async def _forget(services: Services, found: list[repo.Found]) -> None:
 
 async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None, str | None]:
     config = services.config
-    folder = await trio.to_thread.run_sync(local.resolve_folder, config.inboxes.local_root, inbox.path)
-    unmoved = await _settle(services, inbox, folder) if inbox.after == After.MOVE else None
+    with await trio.to_thread.run_sync(local.open_folder, config.inboxes.local_root, inbox.path) as folder:
+        return await _found_in(services, inbox, folder)
+
+
+async def _found_in(services: Services, inbox: Inbox,
+                    folder: local.Folder) -> tuple[list[repo.Found], float | None, str | None]:
+    config = services.config
+    unmoved = await _settle_in(services, inbox, folder) if inbox.after == After.MOVE else None
     scan = await trio.to_thread.run_sync(
         lambda: local.scan(folder, settle_s=config.inboxes.settle_ms / 1000, now=time.time()))
     fresh = await _fresh(services, inbox, scan.candidates)
@@ -305,7 +310,7 @@ async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Foun
     try:
         for candidate in fresh:
             try:
-                job = await local.copy_in(services.blobs, candidate, config.jobs.max_file_size_bytes)
+                job = await local.copy_in(services.blobs, folder, candidate, config.jobs.max_file_size_bytes)
             except local.Refused as exc:
                 found.append(repo.Found(candidate, error=str(exc)))
             except local.Changed:
@@ -319,16 +324,20 @@ async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Foun
     return found, again, unmoved
 
 
-async def _settle(services: Services, inbox: Inbox, folder: Path | None = None) -> str | None:
+async def _settle(services: Services, inbox: Inbox) -> str | None:
     """Move the files whose job ended into done/ or failed/ beside them; returns why one
     could not be moved, if one could not (the inbox's lastError says it)."""
+    with await trio.to_thread.run_sync(local.open_folder, services.config.inboxes.local_root, inbox.path) as folder:
+        return await _settle_in(services, inbox, folder)
+
+
+async def _settle_in(services: Services, inbox: Inbox, folder: local.Folder) -> str | None:
     unmoved = None
-    if folder is None:
-        folder = await trio.to_thread.run_sync(local.resolve_folder, services.config.inboxes.local_root, inbox.path)
     for item in await services.db.read(repo.unsettled_items, inbox.id):
         subfolder = settled_folder(item.job_status) or FAILED_DIR
         try:
-            await trio.to_thread.run_sync(local.move_beside, folder, item.name, subfolder, item.identity[:8])
+            await trio.to_thread.run_sync(local.move_beside, folder, item.name, subfolder, item.identity[:8],
+                                          item.identity)
         except OSError as exc:
             # A file that cannot move (done/ is a file or a symlink, permissions) stays where it is
             # and is tried again at the next pass; it must not stop the others, nor the sweep that

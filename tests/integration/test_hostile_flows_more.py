@@ -193,11 +193,12 @@ async def test_a_file_swapped_for_a_symlink_after_the_listing_is_not_read_throug
     bait = folder / "a.txt"
     bait.write_bytes(b"x" * secret.stat().st_size)
     os.utime(bait, ns=(secret.stat().st_atime_ns, secret.stat().st_mtime_ns))
-    [candidate] = local.scan(folder, settle_s=0, now=secret.stat().st_mtime + 1).candidates
-    bait.unlink()
-    bait.symlink_to(secret)
-    with pytest.raises(local.Changed):
-        await local.copy_in(services.blobs, candidate, 1 << 20)
+    with local.open_folder(str(tmp_path), "scans") as opened:
+        [candidate] = local.scan(opened, settle_s=0, now=secret.stat().st_mtime + 1).candidates
+        bait.unlink()
+        bait.symlink_to(secret)
+        with pytest.raises(local.Changed):
+            await local.copy_in(services.blobs, opened, candidate, 1 << 20)
 
 
 async def test_a_file_swapped_for_a_fifo_after_the_listing_does_not_hang_the_sweep(
@@ -209,11 +210,12 @@ async def test_a_file_swapped_for_a_fifo_after_the_listing_does_not_hang_the_swe
     folder.mkdir()
     bait = folder / "a.txt"
     bait.write_bytes(INVOICE_TXT)
-    [candidate] = local.scan(folder, settle_s=0, now=bait.stat().st_mtime + 1).candidates
-    bait.unlink()
-    os.mkfifo(bait)
-    with trio.fail_after(5), pytest.raises(local.Changed):
-        await local.copy_in(services.blobs, candidate, 1 << 20)
+    with local.open_folder(str(tmp_path), "scans") as opened:
+        [candidate] = local.scan(opened, settle_s=0, now=bait.stat().st_mtime + 1).candidates
+        bait.unlink()
+        os.mkfifo(bait)
+        with trio.fail_after(5), pytest.raises(local.Changed):
+            await local.copy_in(services.blobs, opened, candidate, 1 << 20)
 
 
 async def test_a_docx_is_still_told_from_the_file_copied(services: Services, tmp_path: Path) -> None:
@@ -222,8 +224,9 @@ async def test_a_docx_is_still_told_from_the_file_copied(services: Services, tmp
     folder.mkdir()
     doc = folder / "a.docx"
     doc.write_bytes(docx_bytes())
-    [candidate] = local.scan(folder, settle_s=0, now=doc.stat().st_mtime + 1).candidates
-    job = await local.copy_in(services.blobs, candidate, 1 << 20)
+    with local.open_folder(str(tmp_path), "scans") as opened:
+        [candidate] = local.scan(opened, settle_s=0, now=doc.stat().st_mtime + 1).candidates
+        job = await local.copy_in(services.blobs, opened, candidate, 1 << 20)
     assert job.mime_type == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
 

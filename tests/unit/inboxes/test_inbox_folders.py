@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from daemon.inboxes.local import PathRefused, move_beside, resolve_folder, scan
+from daemon.inboxes.local import Folder, PathRefused, move_beside, open_folder, resolve_folder, scan
+from daemon.inboxes.models import identity
 from daemon.inboxes.watch import open_watch
 
 
@@ -43,19 +44,91 @@ def test_a_scan_takes_settled_regular_files_only(tmp_path: Path) -> None:
     past = time.time() - 60
     os.utime(tmp_path / "old.txt", (past, past))
     now = time.time()
-    found = scan(tmp_path, settle_s=5, now=now)
+    with opened(tmp_path) as folder:
+        found = scan(folder, settle_s=5, now=now)
     assert [c.name for c in found.candidates] == ["old.txt"]
     assert found.settles_at is not None and now < found.settles_at <= now + 5
 
 
+def test_a_file_dated_far_ahead_is_taken_not_waited_for(tmp_path: Path) -> None:
+    """A modification time past year 9999 (`touch -d @300000000000`) ended the daemon at every
+    start; one a day ahead held the file until that day."""
+    for name, ahead in (("far.txt", 300_000_000_000), ("tomorrow.txt", time.time() + 86_400)):
+        (tmp_path / name).write_text("x")
+        os.utime(tmp_path / name, (ahead, ahead))
+    with opened(tmp_path) as folder:
+        found = scan(folder, settle_s=5, now=time.time())
+    assert sorted(c.name for c in found.candidates) == ["far.txt", "tomorrow.txt"]
+    assert found.settles_at is None
+
+
+def opened(path: Path) -> Folder:
+    return open_folder(str(path.parent), path.name)
+
+
+def taken(path: Path) -> str:
+    info = path.stat()
+    return identity("local", path.name, info.st_size, info.st_mtime_ns)
+
+
 def test_moving_aside_keeps_both_files_of_one_name(tmp_path: Path) -> None:
     (tmp_path / "a.pdf").write_text("1")
-    move_beside(tmp_path, "a.pdf", "done", "tag1")
-    (tmp_path / "a.pdf").write_text("2")
-    move_beside(tmp_path, "a.pdf", "done", "tag2")
-    move_beside(tmp_path, "gone.pdf", "done", "tag3")  # already moved by another process: fine
+    with opened(tmp_path) as folder:
+        move_beside(folder, "a.pdf", "done", "tag1", taken(tmp_path / "a.pdf"))
+        (tmp_path / "a.pdf").write_text("2")
+        move_beside(folder, "a.pdf", "done", "tag2", taken(tmp_path / "a.pdf"))
+        move_beside(folder, "gone.pdf", "done", "tag3", "")  # already moved by another process: fine
     assert sorted(p.name for p in (tmp_path / "done").iterdir()) == ["a-tag2.pdf", "a.pdf"]
     assert (tmp_path / "done" / "a.pdf").read_text() == "1"
+
+
+def test_a_new_file_under_the_name_taken_is_not_moved_aside(tmp_path: Path) -> None:
+    """A scanner writing scan.txt again just after the first one's job ended: the new file was
+    moved into done/ by name, never a job (4 versions written, 3 jobs)."""
+    first = tmp_path / "scan.txt"
+    first.write_text("receipt 1")
+    was = taken(first)
+    first.write_text("receipt 2, longer")
+    with opened(tmp_path) as folder:
+        move_beside(folder, "scan.txt", "done", "tag1", was)
+    assert first.read_text() == "receipt 2, longer" and list((tmp_path / "done").iterdir()) == []
+
+
+def test_done_swapped_for_a_symlink_after_it_was_made_carries_nothing_out(tmp_path: Path) -> None:
+    """Moves went by path: done/ exchanged with a symlink between the check and the rename
+    (renameat2 in a loop) put 18 of 30 files, named and written by the attacker, outside the root."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    inbox = tmp_path / "root" / "in"
+    inbox.mkdir(parents=True)
+    (inbox / "a.txt").write_text("x")
+    (inbox / "done").symlink_to(outside)
+    with opened(inbox) as folder, pytest.raises(NotADirectoryError):
+        move_beside(folder, "a.txt", "done", "t", taken(inbox / "a.txt"))
+    assert list(outside.iterdir()) == [] and (inbox / "a.txt").exists()
+
+
+def test_a_folder_swapped_for_a_symlink_is_not_opened(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folder was checked by its resolved path, then listed and read by path again: one
+    swapped for a symlink between the two handed a copy of secrets.json to the inbox's owner."""
+    import daemon.inboxes.local as local
+
+    root = tmp_path / "root"
+    (root / "in").mkdir(parents=True)
+    elsewhere = tmp_path / "secrets"
+    elsewhere.mkdir()
+    (elsewhere / "secrets.json").write_text("{}")
+    checked = local.resolve_folder
+
+    def then_swapped(root_: str, relative: str) -> Path:
+        folder = checked(root_, relative)
+        (root / "in").rename(root / "in.old")
+        (root / "in").symlink_to(elsewhere)
+        return folder
+
+    monkeypatch.setattr(local, "resolve_folder", then_swapped)
+    with pytest.raises(local.PathRefused, match="changed while it was opened"):
+        local.open_folder(str(root), "in")
 
 
 async def test_inotify_names_the_inboxes_whose_folder_got_a_file(tmp_path: Path) -> None:
