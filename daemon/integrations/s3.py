@@ -28,6 +28,7 @@ import builtins
 import contextlib
 import contextvars
 import functools
+import http.client
 import posixpath
 import socket
 import threading
@@ -100,6 +101,41 @@ class _Connections:
 # The connections of the `S3Source` whose `_call` runs in this thread (each thread runs in its
 # own copy of the context: set there, seen only there).
 _CONNECTIONS: contextvars.ContextVar[_Connections] = contextvars.ContextVar("s3_connections")
+# The bytes a listing's answer may have: S3's page of 1,000 keys is about 300 KB. The endpoint
+# is any user's choice, and a 200 MB answer, parsed whole by botocore, took the daemon to 2 GB.
+MAX_LISTING_BYTES = 8 * 1024 * 1024
+_ANSWER_CAP: contextvars.ContextVar[int | None] = contextvars.ContextVar("s3_answer_cap", default=None)
+
+
+class ListingTooLarge(OSError):
+    """An answer to a listing over `MAX_LISTING_BYTES`, stopped while it was read."""
+
+
+class _CappedResponse(http.client.HTTPResponse):
+    """An HTTP answer that stops being read past the cap its call set (`_ANSWER_CAP`)."""
+
+    _read_so_far = 0
+
+    def _count(self, size: int) -> None:
+        cap = _ANSWER_CAP.get()
+        self._read_so_far += size
+        if cap is not None and self._read_so_far > cap:
+            raise ListingTooLarge(f"the answer is over {cap:,} bytes")
+
+    def read(self, amt: int | None = None) -> bytes:
+        data = super().read(amt)
+        self._count(len(data))
+        return data
+
+    def read1(self, n: int = -1) -> bytes:
+        data = super().read1(n)
+        self._count(len(data))
+        return data
+
+    def readinto(self, b: Any) -> int:
+        size = super().readinto(b)
+        self._count(size)
+        return size
 
 
 def guarded_client(settings: S3Settings) -> S3Client:
@@ -140,6 +176,7 @@ def _pools(vetted: bool) -> dict[str, type]:
         timeout: float | None
         source_address: tuple[str, int] | None
         socket_options: Any
+        response_class = _CappedResponse
 
         def _new_conn(self) -> socket.socket:
             connections = _CONNECTIONS.get(None)
@@ -190,6 +227,9 @@ def _endpoint_error(exc: Exception, settings: S3Settings, key: str | None) -> Jo
     from botocore.parsers import ResponseParserError
 
     cause = exc.kwargs.get("error") if isinstance(exc, boto.HTTPClientError) else exc
+    if _caused_by(exc, ListingTooLarge):
+        return TransientJobError(ErrorCode.INTERNAL_ERROR, "The S3 endpoint answered a listing with more than "
+                                 f"{MAX_LISTING_BYTES:,} bytes: no S3 service does; check endpointUrl")
     if isinstance(cause, ssrf.AddressRefused):
         what = f"is {cause.reason}" if cause.literal else f"resolves to {cause.reason}"
         return PermanentJobError(
@@ -202,6 +242,17 @@ def _endpoint_error(exc: Exception, settings: S3Settings, key: str | None) -> Jo
     if isinstance(exc, no_answer | OSError) or not code or code.isdigit():
         return _no_s3_answer()
     return s3_error(exc, bucket=settings.bucket, key=key)
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    seen: BaseException | None = exc
+    for _ in range(10):  # botocore and urllib3 wrap it a few times
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__ or getattr(seen, "kwargs", {}).get("error")
+    return False
 
 
 def _no_s3_answer() -> TransientJobError:
@@ -238,8 +289,11 @@ class S3Source:
         self._connections.shut_down()
 
     async def _list_page(self, **kwargs: Any) -> ListObjectsV2OutputTypeDef:
-        page = await self._call(functools.partial(self._client.list_objects_v2, Bucket=self.settings.bucket, **kwargs),
-                                abandon_on_cancel=True)
+        def capped() -> ListObjectsV2OutputTypeDef:
+            _ANSWER_CAP.set(MAX_LISTING_BYTES)
+            return self._client.list_objects_v2(Bucket=self.settings.bucket, **kwargs)
+
+        page = await self._call(capped, abandon_on_cancel=True)
         # botocore reads any well-formed XML (an HTML page too) as an empty listing; S3's names the bucket.
         if page.get("Name") != self.settings.bucket:
             raise _no_s3_answer()

@@ -329,3 +329,23 @@ async def test_a_transient_error_is_retried_until_the_file_comes(
     assert done["status"] == "COMPLETED", done
     assert done["result"] == INVOICE_RESULT and done["attempts"] == 1
     assert len(calls) >= 3
+
+
+async def test_a_listing_answer_past_its_cap_is_refused_while_it_is_read(
+        client: Any, services: Any, alice: dict[str, str], s3_server: Any) -> None:
+    """The endpoint is the user's choice: a 200 MB listing, parsed whole, took the daemon to
+    2 GB (and the test answered ok after 178 s)."""
+    from daemon.integrations.s3 import MAX_LISTING_BYTES
+
+    entry = b"<Contents><Key>k/%06d.txt</Key><Size>1</Size><ETag>\"e\"</ETag></Contents>"
+    body = (b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>some-bucket</Name>'
+            + b"".join(entry % i for i in range(MAX_LISTING_BYTES // len(entry) + 1000)) + b"</ListBucketResult>")
+
+    async def handler(request: Received) -> Reply:
+        return 200, {"Content-Type": "application/xml"}, body
+
+    async with open_receiver(handler) as fake:
+        integration = await create_s3(client, alice, s3_server, "some-bucket", endpoint_url=fake.url(""))
+        test = await error_of(await client.post(f"/api/integrations/{integration['id']}/test", headers=alice), 400)
+    assert "more than 8,388,608 bytes" in test["message"], test
+    assert test["details"] == {"errorCode": "INTERNAL_ERROR", "retryable": True}
