@@ -17,7 +17,6 @@ COMPLETED), 1 otherwise, 2 for a usage problem (no key, a missing file, an unkno
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import os
@@ -237,7 +236,7 @@ def _message(response: httpx.Response) -> str:
 def _print(submissions: list[Submission], schema: dict[str, Any], fmt: str, out: TextIO) -> None:
     if fmt == "csv":
         shape = export.layout(schema.get("definition") or {})
-        writer = csv.writer(out)
+        writer = export.csv_writer(out)
         # Property names are a user's text like any value: a name starting with "=" is neutralised too.
         writer.writerow([export.neutralised(v) for v in ["file", *export.rows_header(shape)]])
         for submission in submissions:

@@ -11,7 +11,6 @@ formula get a leading apostrophe, XLSX writes them as text cells.
 
 from __future__ import annotations
 
-import csv
 import functools
 import io
 import json
@@ -101,13 +100,13 @@ def _csv_header(shape: export.Layout) -> bytes:
     buffer = io.StringIO()
     buffer.write("\ufeff")  # a BOM: Excel then reads the file as UTF-8
     # The header is the schema's property names, chosen by a user like any value: neutralised too.
-    csv.writer(buffer).writerow([export.neutralised(v) for v in export.rows_header(shape)])
+    export.csv_writer(buffer).writerow([export.neutralised(v) for v in export.rows_header(shape)])
     return buffer.getvalue().encode("utf-8")
 
 
 def _csv_rows(jobs: list[dict[str, Any]], shape: export.Layout) -> bytes:
     buffer = io.StringIO()
-    writer = csv.writer(buffer)
+    writer = export.csv_writer(buffer)
     for job in jobs:
         writer.writerows([export.neutralised(v) for v in row] for row in export.rows(job, shape))
     return buffer.getvalue().encode("utf-8")

@@ -10,10 +10,11 @@ cells come from its current result, so a corrected result exports the corrected 
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TextIO
 
 JOB_COLUMNS = ("jobId", "fileName", "status", "complete", "reviewedAt", "createdAt", "finishedAt", "errorCode")
 # OWASP's list and a line feed: a cell starting with one of these is read as a formula by spreadsheet programs.
@@ -84,6 +85,12 @@ def cell(value: Any) -> Any:
     if isinstance(value, list):
         return ARRAY_SEPARATOR.join(v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in value)
     return json.dumps(value, ensure_ascii=False)
+
+
+def csv_writer(out: TextIO) -> Any:
+    """A CSV writer that quotes every text: a spreadsheet set to split on ";" (Excel in many
+    European locales) splits an unquoted "x;=1+2" into a formula cell, past `neutralised`."""
+    return csv.writer(out, quoting=csv.QUOTE_NONNUMERIC)
 
 
 def neutralised(value: Any) -> Any:

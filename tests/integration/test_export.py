@@ -96,6 +96,11 @@ async def test_csv_has_a_column_per_value_and_a_row_per_line_item(client: Any, s
     assert (plain["total"], plain["items.description"], plain["vendor.vat"]) == ("-4", "", "")
     (broken,) = by_job[failed]
     assert (broken["status"], broken["errorCode"], broken["invoiceNumber"]) == ("FAILED", "CORRUPTED_FILE", "")
+    # A spreadsheet splitting on ";" (Excel in many European locales) reads each text whole:
+    # unquoted, "paper; office" was two cells, and "x;=1+2" a formula in the second.
+    for row in csv.reader(io.StringIO(text.removeprefix("\ufeff")), delimiter=";"):
+        assert not any(cell.lstrip().startswith(("=", "+", "@")) for cell in row[1:]), row
+    assert '"paper; office"' in text and ',-4,' in text  # texts quoted, numbers bare
 
 
 async def test_xlsx_opens_in_openpyxl_with_values_and_text_cells(client: Any, services: Services) -> None:
