@@ -215,6 +215,11 @@ async def copy_in(blobs: BlobStore, folder: Folder, candidate: Candidate, max_by
                       f"{max_bytes} bytes (MAX_FILE_SIZE)")
     try:
         handle = trio.wrap_file(await trio.to_thread.run_sync(_open_regular, folder, candidate.name))
+    except PermissionError as exc:
+        # Not for docex to read: refused (failed/, the run's event say so). Taken as changed,
+        # it was tried again every half second for ever, with nothing said anywhere.
+        raise Refused(f"Cannot read {candidate.name}: permission denied (docex runs as a user who may not "
+                      "read it)") from exc
     except OSError as exc:  # gone, or a symlink now (ELOOP), or no longer a regular file
         raise Changed(candidate.name) from exc
     writer = await blobs.open_writer()
