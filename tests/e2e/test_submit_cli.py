@@ -105,3 +105,23 @@ async def test_submit_reports_what_is_wrong(start_daemon: Callable[..., Any], ru
         refused = await run_docex("submit", *args, env={**env, **extra_env})
         assert refused.returncode == 2, (args, refused.stderr)
         assert says in refused.stderr and refused.stdout == ""
+
+
+async def test_submit_waits_out_the_rate_limit_instead_of_giving_up(
+        start_daemon: Callable[..., Any], run_docex: Callable[..., Any], tmp_path: Path) -> None:
+    """Each job was polled on its own every 3 s at most: 100 jobs went past the key's 1,200
+    requests a minute, and every file "stopped waiting: 429" while its job was still queued.
+    Here the limit is 4 requests in 2 s for 8 files, read one at a time."""
+    daemon = start_daemon(env={**QUICK_ENV, "DOCEX_RATE_LIMITS_AUTHENTICATED": "4/2s", "DOCEX_JOBS_WORKERS": "1"})
+    wait_until_serving(daemon)
+    key, schema_id = _setup(daemon)
+    files = []
+    for n in range(8):
+        path = tmp_path / f"invoice-{n}.txt"
+        path.write_text(f"ACME Ltd\nInvoice number: INV-{n:03d}\nTotal amount due: 1{n}.00\n", encoding="utf-8")
+        files.append(str(path))
+    env = {"DOCEX_URL": daemon.url(""), "DOCEX_API_KEY": key}
+    done = await run_docex("submit", *files, "--schema", schema_id, "--wait", env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [line["status"] for line in lines] == ["COMPLETED"] * 8, lines
