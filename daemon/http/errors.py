@@ -6,6 +6,7 @@ traceback goes to the log, never to the client.
 
 from __future__ import annotations
 
+import errno
 import logging
 
 import sqlalchemy as sa
@@ -60,11 +61,19 @@ def install_error_handlers(app: Quart) -> None:
         # The connection lost (a restart or failover of PostgreSQL) or the database busy past
         # its timeout: the request may be sent again as it was, which a 500 does not say.
         request_id = getattr(g, "request_id", None)
+        if _out_of_space(error):
+            return _storage_full(error, request_id)
         log.error("database unreachable", exc_info=error, extra={"action": "http.db_error", "request_id": request_id})
         return error_response(ApiError(f"The database is unreachable; try again (request id {request_id})",
                                        status=503, headers={"Retry-After": "1"}))
 
-    @app.errorhandler(Exception)
+    @app.errorhandler(OSError)
+    async def _file_error(error: OSError) -> Response:
+        request_id = getattr(g, "request_id", None)
+        if _out_of_space(error):
+            return _storage_full(error, request_id)
+        return await _unexpected(error)
+
     async def _unexpected(error: Exception) -> Response:
         request_id = getattr(g, "request_id", None)
         log.error(
@@ -73,3 +82,20 @@ def install_error_handlers(app: Quart) -> None:
             extra={"action": "http.unhandled", "request_id": request_id},
         )
         return error_response(ApiError(f"Internal server error (request id {request_id})", status=500))
+    app.register_error_handler(Exception, _unexpected)
+
+
+def _out_of_space(error: BaseException) -> bool:
+    """A full disk (or quota) under the data directory: the file store's ENOSPC, or SQLite's
+    "database or disk is full" (SQLITE_FULL)."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "disk is full" in str(getattr(error, "orig", error))
+
+
+def _storage_full(error: BaseException, request_id: str | None) -> Response:
+    # Not the database unreachable, nor a bug: the operator must free space; the client may try later.
+    log.error("the data volume is full", exc_info=error, extra={"action": "http.storage_full",
+                                                                  "request_id": request_id})
+    return error_response(ApiError(f"docex's storage is full: nothing more can be stored until space is freed "
+                                   f"(request id {request_id})", status=507, headers={"Retry-After": "60"}))

@@ -308,3 +308,32 @@ async def test_created_after_a_shown_time_leaves_out_the_job_shown_at_it(
     assert (await r.get_json())["data"] == []
     r = await client.get("/api/jobs", query_string={"createdBefore": second["createdAt"]}, headers=alice)
     assert [job["id"] for job in (await r.get_json())["data"]] == [first["id"]]
+
+
+async def test_a_full_disk_is_507_naming_the_storage_not_a_500(client: Any, alice: dict[str, str], schema_id: str,
+                                                              monkeypatch: Any) -> None:
+    """An upload on a full data volume was a 500 with a traceback; a login there said the
+    database was unreachable (503), which sent operators looking at the wrong thing."""
+    import errno
+
+    from jobs_helpers import post_job
+
+    from daemon.storage import blobs
+
+    async def no_space(self: Any, chunk: bytes) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(blobs._LocalWriter, "write", no_space)
+    r = await post_job(client, alice, schema_id, b"Total: 1.00\n", "a.txt")
+    body = await r.get_json()
+    assert r.status_code == 507 and "storage is full" in body["message"] and r.headers["Retry-After"], body
+    assert body["error"] == "Insufficient Storage"
+
+    def full(*args: Any, **kwargs: Any) -> Any:
+        raise sa.exc.OperationalError("INSERT", {}, Exception("database or disk is full"))
+
+    from daemon.storage.repos import jobs as jobs_repo
+
+    monkeypatch.setattr(jobs_repo, "list_jobs", full)
+    r = await client.get("/api/jobs", headers=alice)
+    assert r.status_code == 507, await r.get_json()
