@@ -17,7 +17,7 @@ from daemon.http.models import ApiModel
 from daemon.http.openapi import PlainText
 from daemon.jobs.models import JobStatus
 from daemon.services import Services
-from daemon.storage.migrate import is_current
+from daemon.storage.migrate import schema_state
 from daemon.storage.repos import accounts as accounts_repo
 from daemon.storage.repos import jobs as jobs_repo
 
@@ -89,9 +89,9 @@ async def ready() -> tuple[dict[str, Any], int]:
     checks: dict[str, str] = {}
     try:
         with trio.fail_after(_READY_DB_TIMEOUT_S):
-            current = await state.db.probe(is_current)
+            migrations = await state.db.probe(schema_state)
         checks["database"] = "ok"
-        checks["migrations"] = "ok" if current else "pending: run `docex migrate`"
+        checks["migrations"] = migrations
     except Exception as exc:  # any failure to reach the database means "not ready"
         log.warning("readiness: database unreachable", extra={"action": "ready.db_failed", "error": type(exc).__name__})
         checks["database"] = "unreachable"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 
 from daemon.errors import StartupError
 
@@ -51,8 +51,20 @@ def current_revision(conn: Connection) -> str | None:
     return revision
 
 
-def is_current(conn: Connection) -> bool:
-    return current_revision(conn) == HEAD
+def schema_state(conn: Connection) -> str:
+    """What /api/ready says of the database's schema: "ok", or what to do."""
+    revision = current_revision(conn)
+    if revision == HEAD:
+        return "ok"
+    if _newer(revision):
+        return f"at revision {revision}, newer than this docex ({HEAD}): run the docex that migrated it"
+    return "pending: run `docex migrate`"
+
+
+def _newer(revision: str | None) -> bool:
+    """A revision this docex does not have and cannot have come before its own (a rollback
+    of docex after an upgrade): not for `docex migrate` to fix."""
+    return revision is not None and not (revision.isdigit() and int(revision) <= int(HEAD))
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -70,12 +82,18 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         # user ...", "unable to open database file") on one line: never the URL, which may hold
         # a password.
         raise StartupError(f"cannot reach the database: {' '.join(str(exc.orig).split())}") from exc
+    except DatabaseError as exc:  # SQLite: "file is not a database", "database disk image is malformed"
+        raise StartupError(f"cannot read the database: {' '.join(str(exc.orig).split())} (a damaged or "
+                           "foreign file: restore a backup)") from exc
     with engine.begin() as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _PG_MIGRATION_LOCK})
         before = current_revision(conn)
         if revision == "head" and before == HEAD:
             return
+        if _newer(before):
+            raise StartupError(f"the database is at revision {before}, newer than this docex ({HEAD}): run the "
+                               "docex that migrated it, or restore a backup made before")
         from alembic import command
 
         command.upgrade(alembic_config(conn), revision)

@@ -431,3 +431,35 @@ async def test_worker_role_opens_no_port_and_stops_cleanly(start_daemon, refuses
     await d.stop()
     assert d.actions()[-1] == "service.stopped"
 
+
+
+async def test_a_damaged_or_newer_database_is_one_line_not_a_traceback(run_docex, database_url) -> None:
+    """A file that is not SQLite gave a 107-124 line traceback; a database migrated by a newer
+    docex (then rolled back) 71 lines of Alembic's, and `/api/ready` advised `docex migrate`."""
+    import sqlalchemy as sa
+
+    url = sa.make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        path = Path(url.database or "")
+        _write(path, b"this is not a database at all" * 200)
+        damaged = await run_docex("migrate")
+        assert damaged.returncode == 1 and "Traceback" not in damaged.stderr, damaged.stderr
+        assert "cannot read the database" in damaged.stderr and "restore a backup" in damaged.stderr
+        _write(path, None)
+    assert (await run_docex("migrate")).returncode == 0
+    engine = sa.create_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    newer = await run_docex("migrate")
+    assert newer.returncode == 1 and "Traceback" not in newer.stderr, newer.stderr
+    assert "revision 9999, newer than this docex" in newer.stderr
+
+
+def _write(path: Path, data: bytes | None) -> None:
+    """`data` into `path` (its folder made), or the file removed for None."""
+    if data is None:
+        path.unlink()
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
