@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import functools
 import logging
 import time
@@ -255,9 +256,22 @@ async def _fetch_attempt(services: Services, job: Job) -> FetchedFile | JobError
         return _blob_store_failed(exc)
     except sa.exc.DBAPIError:
         return _database_failed(job)
-    except Exception as exc:  # a bug: fail the job, keep the worker
-        log.exception("job fetch crashed", extra={"action": "job.crashed", "job_id": job.id})
-        return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            # The file is fine, the data volume full: fetched again later (it failed for good,
+            # and an inbox's file, marked taken, was never tried again).
+            log.warning("no space left to fetch a file", extra={"action": "job.storage_full", "job_id": job.id})
+            return TransientJobError(ErrorCode.INTERNAL_ERROR, "docex's storage is full; the file is fetched again "
+                                     "later")
+        return _fetch_crashed(job, exc)
+    except Exception as exc:
+        return _fetch_crashed(job, exc)
+
+
+def _fetch_crashed(job: Job, exc: Exception) -> JobError:
+    """A bug: fail the job, keep the worker."""
+    log.exception("job fetch crashed", extra={"action": "job.crashed", "job_id": job.id})
+    return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
 
 
 async def _record_fetch(services: Services, job: Job, owner: str, outcome: FetchedFile | JobError) -> None:

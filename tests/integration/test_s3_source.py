@@ -349,3 +349,27 @@ async def test_a_listing_answer_past_its_cap_is_refused_while_it_is_read(
         test = await error_of(await client.post(f"/api/integrations/{integration['id']}/test", headers=alice), 400)
     assert "more than 8,388,608 bytes" in test["message"], test
     assert test["details"] == {"errorCode": "INTERNAL_ERROR", "retryable": True}
+
+
+async def test_a_full_disk_while_fetching_is_tried_again_not_failed(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, s3_server: Any, monkeypatch: Any) -> None:
+    """No space left to store the fetched file failed the job for good (INTERNAL_ERROR at the
+    first attempt): an inbox's object, marked taken, was then never tried again."""
+    import errno
+
+    import daemon.jobs.pool as pool
+
+    real_fetch, full = pool.fetch_file, [True]
+
+    async def fetch_on_a_full_disk_once(*args: Any, **kwargs: Any) -> Any:
+        if full.pop() if full else False:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return await real_fetch(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "fetch_file", fetch_on_a_full_disk_once)
+    bucket = s3_server.new_bucket({"invoice.txt": INVOICE_TXT})
+    integration = await create_s3(client, alice, s3_server, bucket)
+    job = await _job(client, alice, schema_id, {"integrationId": integration["id"], "key": "invoice.txt"})
+    async with running_workers(services):
+        done = await wait_for_status(client, alice, job["id"], *DONE)
+    assert done["status"] == "COMPLETED" and not full, (done["attempts"], done)
