@@ -244,11 +244,13 @@ async def _sweep(services: Services, inbox: Inbox) -> float | None:
     files than one run takes), else None. Failures are recorded on the inbox, never raised."""
     started = time.monotonic()
     try:
-        unmoved = None  # why a file whose job ended could not be moved aside, if one could not
+        # What the inbox's lastError must say though the sweep went on: why a file whose job
+        # ended could not be moved aside (local), or that a listing was cut (remote).
+        unmoved = None
         if inbox.kind == InboxKind.LOCAL:
             found, again, unmoved = await _local_found(services, inbox)
         else:
-            found, again = await _remote_found(services, inbox)
+            found, again, unmoved = await _remote_found(services, inbox)
     except (local.PathRefused, JobError, BlobStoreError, OSError) as exc:
         message = exc.message if isinstance(exc, JobError) else str(exc)
         if message != inbox.last_error:
@@ -257,8 +259,8 @@ async def _sweep(services: Services, inbox: Inbox) -> float | None:
         await services.db.run(repo.mark_swept, inbox.id, utcnow(), error=message)
         return None
     if unmoved is not None and unmoved != inbox.last_error:
-        log.warning("cannot move a file aside: %s", unmoved, extra={"action": "inbox.settle_failed",
-                                                                    "inbox_id": inbox.id})
+        action = "inbox.settle_failed" if inbox.kind == InboxKind.LOCAL else "inbox.listing_cut"
+        log.warning("inbox: %s", unmoved, extra={"action": action, "inbox_id": inbox.id})
     outcome = await _record(services, inbox, found, unmoved)
     if outcome.taken:
         log.info("inbox swept", extra={
@@ -361,7 +363,9 @@ async def _fresh(services: Services, inbox: Inbox, candidates: list[Candidate]) 
     return untaken(candidates, taken)
 
 
-async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None]:
+async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None, str | None]:
+    """What a remote folder holds that the inbox has not taken, when to look again early, and
+    what the inbox's lastError must say (a listing cut at `MAX_LISTED`)."""
     row = await services.db.read(get_integration, inbox.user_id, inbox.integration_id or "")
     if row is None:
         raise local.PathRefused(f"Integration {inbox.integration_id} no longer exists")
@@ -391,7 +395,11 @@ async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Fou
     again = None
     if len(fresh) > MAX_FILES_PER_SWEEP:
         fresh, again = fresh[:MAX_FILES_PER_SWEEP], time.time()
-    return [repo.Found(c, job=NewJob(file_name=c.name or None, source=c.source)) for c in fresh], again
+    # Listed in key order and cut: an object past the first MAX_LISTED is never seen. Said,
+    # not silent (new objects sorting late were never taken, with lastError null).
+    cut = (f"The folder holds more than {MAX_LISTED:,} entries: only the first {MAX_LISTED:,} (in name order) "
+           "are looked at; move the ones done out of it") if len(entries) > MAX_LISTED else None
+    return [repo.Found(c, job=NewJob(file_name=c.name or None, source=c.source)) for c in fresh], again, cut
 
 
 def _ref_key(ref: FileRef) -> str:

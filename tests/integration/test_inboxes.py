@@ -356,6 +356,29 @@ async def test_fifty_objects_under_an_s3_prefix_become_fifty_jobs_once(
     assert items == 52
 
 
+async def test_a_listing_cut_at_its_limit_says_so_on_the_inbox(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services, s3_server: Any,
+        monkeypatch: Any) -> None:
+    """Past 10,000 objects under the prefix, objects sorting after the first 10,000 were never
+    taken and the inbox said nothing (lastError null). Here the limit is 3."""
+    import daemon.inboxes.sweeper as sweeper
+
+    monkeypatch.setattr(sweeper, "MAX_LISTED", 3)
+    bucket = s3_server.new_bucket({f"in/{i:03d}.txt": INVOICE_TXT for i in range(5)})
+    integration = await create_s3(client, alice, s3_server, bucket)
+    inbox = await create_inbox(client, alice, kind="s3", schemaId=schema_id, prefix="in/",
+                               integrationId=integration["id"])
+    async with sweeping(services):
+        await wait_for_jobs(services, 3)
+        for _ in range(100):  # the run is recorded with the sweep's lastError: at most a moment after the jobs
+            shown = await (await client.get(f"/api/inboxes/{inbox['id']}", headers=alice)).get_json()
+            if shown["lastError"]:
+                break
+            await trio.sleep(0.1)
+    assert "more than 3 entries" in shown["lastError"] and "move the ones done out" in shown["lastError"]
+    assert len(await job_rows(services)) == 3
+
+
 # --- a Google Drive folder --------------------------------------------------------------------
 
 
