@@ -114,9 +114,9 @@ async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After]:
         if problems:
             raise BadRequest(problems)
         paths = await services().db.read(repo.local_inbox_paths)
-        if await trio.to_thread.run_sync(watched_elsewhere, root, folder, paths):
-            raise Conflict("An inbox already watches this folder: one inbox a folder, or each file "
-                           "would become a job once per inbox")
+        if await trio.to_thread.run_sync(watched_elsewhere, root, folder, list(paths.values())):
+            raise Conflict("An inbox already watches this folder, or moves its files into it (done/, failed/): "
+                           "one inbox a folder, or each file would become a job once per inbox")
         return None, one_spelling(body.path or ""), body.after or After.MOVE
     if body.after == After.MOVE:
         problems.append("after: move applies to local folders only (remote files are left in place)")

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import trio
 
-from daemon.inboxes.models import Candidate, identity
+from daemon.inboxes.models import DONE_DIR, FAILED_DIR, Candidate, identity
 from daemon.jobs import filetypes
 from daemon.storage.blobs import CHUNK_BYTES, BlobStore
 from daemon.storage.repos.jobs import NewJob
@@ -86,16 +86,23 @@ def one_spelling(relative: str) -> str:
 
 
 def watched_elsewhere(root: str, folder: Path, paths: list[str]) -> bool:
-    """Whether one of the inboxes' `paths` names `folder` (symlinks resolved), blocking:
-    two inboxes on one folder made each file a job twice, and an admin's inbox on another
-    admin's folder copied that admin's documents into their own account."""
+    """Whether one of the inboxes' `paths` names `folder`, or one whose files move into it or
+    out of it into `folder` (done/, failed/), symlinks resolved, blocking: two inboxes on one
+    folder made each file a job twice, and an admin's inbox on another admin's folder copied
+    that admin's documents into their own account."""
     for path in paths:
         try:
-            if resolve_folder(root, path) == folder:
-                return True
+            other = resolve_folder(root, path)
         except PathRefused:
             continue  # a folder gone or moved since: its inbox reports it on its sweep
+        if other == folder or _set_aside_in(folder, other) or _set_aside_in(other, folder):
+            return True
     return False
+
+
+def _set_aside_in(folder: Path, watched: Path) -> bool:
+    """Whether `folder` is where the inbox of `watched` moves its files once done."""
+    return folder.parent == watched and folder.name in (DONE_DIR, FAILED_DIR)
 
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)

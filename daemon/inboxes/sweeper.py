@@ -295,6 +295,12 @@ async def _forget(services: Services, found: list[repo.Found]) -> None:
 async def _local_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None, str | None]:
     config = services.config
     with await trio.to_thread.run_sync(local.open_folder, config.inboxes.local_root, inbox.path) as folder:
+        # One inbox a folder is checked at creation; a symlink changed since may have made this
+        # folder another's (or its done/): the older inbox keeps it, this one takes nothing.
+        older = [path for other, path in (await services.db.read(repo.local_inbox_paths)).items() if other < inbox.id]
+        if await trio.to_thread.run_sync(local.watched_elsewhere, config.inboxes.local_root, folder.path, older):
+            raise local.PathRefused("an older inbox watches this folder, or moves its files into it: this one "
+                                    "takes nothing (a symlink under inboxes.local_root changed since it was made)")
         return await _found_in(services, inbox, folder)
 
 

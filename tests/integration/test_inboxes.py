@@ -480,3 +480,31 @@ async def test_a_folder_already_watched_is_409_whoever_asks(
     r = await client.post("/api/inboxes", json={"kind": "local", "schemaId": bobs_schema, "path": spelling},
                           headers=bob)
     assert r.status_code == 409, await r.get_json()
+
+
+async def test_a_folder_made_anothers_by_a_symlink_since_takes_nothing(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str, root: Path) -> None:
+    """One inbox a folder was checked at creation only: "other" replaced by a symlink to
+    "scans" afterwards made every file two jobs; an inbox on scans/done took each file again
+    once the first inbox had moved it there."""
+    (root / "other").mkdir()
+    first = await create_inbox(client, alice, kind="local", schemaId=schema_id, path="scans", after="keep")
+    second = await create_inbox(client, alice, kind="local", schemaId=schema_id, path="other", after="keep")
+    (root / "other").rmdir()
+    (root / "other").symlink_to(root / "scans")
+    drop(root / "scans", 3)
+    async with sweeping(services):
+        await wait_for_jobs(services, 3)
+        for _ in range(100):
+            shown = await (await client.get(f"/api/inboxes/{second['id']}", headers=alice)).get_json()
+            if shown["lastError"]:
+                break
+            await trio.sleep(0.1)
+    assert "an older inbox watches this folder" in shown["lastError"]
+    assert len(await job_rows(services)) == 3
+    assert (await (await client.get(f"/api/inboxes/{first['id']}", headers=alice)).get_json())["lastError"] is None
+
+    (root / "scans" / "done").mkdir()
+    r = await client.post("/api/inboxes", json={"kind": "local", "schemaId": schema_id, "path": "scans/done"},
+                          headers=alice)
+    assert r.status_code == 409, await r.get_json()

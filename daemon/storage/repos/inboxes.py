@@ -42,9 +42,10 @@ def create_inbox(conn: Connection, *, user_id: str, schema_id: str, kind: InboxK
     return _inbox(conn, inbox_id)
 
 
-def local_inbox_paths(conn: Connection) -> list[str]:
-    """The paths of every user's local inboxes (to keep to one inbox a folder)."""
-    return list(conn.execute(sa.select(inboxes.c.path).where(inboxes.c.kind == InboxKind.LOCAL)).scalars())
+def local_inbox_paths(conn: Connection) -> dict[str, str]:
+    """The path of every user's local inbox, by inbox id (to keep to one inbox a folder)."""
+    rows = conn.execute(sa.select(inboxes.c.id, inboxes.c.path).where(inboxes.c.kind == InboxKind.LOCAL))
+    return {row.id: row.path for row in rows}
 
 
 def _inbox(conn: Connection, inbox_id: str) -> Inbox:
