@@ -143,7 +143,8 @@ def check_definition(definition: object, *, root: str = "definition") -> list[st
             path = tuple(error.absolute_path)
             if not any(path[: len(p)] == p for p in reported):
                 found.append((path, f": {error.message}"))
-    problems = [json_path(root, path) + message for path, message in found[:MAX_PROBLEMS]]
+    # A meta-schema message quotes the value ("[... 400,000 names ...] has non-unique elements"): cut.
+    problems = [_cut(json_path(root, path) + message) for path, message in found[:MAX_PROBLEMS]]
     if len(found) > MAX_PROBLEMS:  # 250,000 undeclared `required` names made a 25 MB answer
         problems.append(f"{root} has {len(found) - MAX_PROBLEMS} more problems")
     return problems

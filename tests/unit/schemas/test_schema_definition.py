@@ -303,3 +303,11 @@ def test_errors_are_capped_and_cut_short() -> None:
     errors = check_result(definition, {"lines": ["x" * 1000] * 500}).problems
     assert len(errors) == MAX_PROBLEMS
     assert all(len(e) <= 300 for e in errors) and errors[0].startswith("/lines/0: 'xxx")
+
+
+def test_a_problem_quoting_a_huge_value_is_cut() -> None:
+    """400,000 copies of one name in `required` made one message of 2 MB quoting them all."""
+    definition = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"] * 400_000}
+    problems = check_definition(definition)
+    assert problems and all(len(problem) <= 300 for problem in problems)
+    assert problems[0].startswith("definition.required: ") and problems[0].endswith("…")
