@@ -750,12 +750,15 @@ def worked_examples(examples: Sequence[Match], limit: int = MAX_PROMPT_EXAMPLES,
         values = {pointer: lesson["value"] for pointer, lesson in match.fields.items()}
         notes = []
         for pointer, lesson in match.fields.items():
+            # Quoted as JSON: a property name is a user's text and may hold a line break (a
+            # new "instruction" line in the prompt, unquoted).
+            name = json.dumps(pointer, ensure_ascii=False)
             if lesson.get("constant"):
-                notes.append(f"{pointer} is printed the same on every document of this issuer")
+                notes.append(f"{name} is printed the same on every document of this issuer")
             elif lesson.get("spots"):
                 spot = lesson["spots"][0]
                 side = "after" if spot["where"] == "right" else "under the line"
-                notes.append(f'{pointer} stood {side} "{spot["label"]}"')
+                notes.append(f"{name} stood {side} {json.dumps(spot['label'], ensure_ascii=False)}")
         block = f"Example {number}: {json.dumps(values, ensure_ascii=False)}" + (f" ({'; '.join(notes)})"
                                                                                  if notes else "")
         if size + len(block) > max_chars:

@@ -629,7 +629,7 @@ async def test_a_correction_reaches_the_prompt_of_the_issuers_next_document_as_a
 
     await run(receipt("KAFFEEHAUS MUELLER GMBH", "5823-B"))
     prompt = system_prompt(provider, server.requests[-1])
-    assert '"/receipt_number": "4711-A"' in prompt and '/receipt_number stood after "BON"' in prompt
+    assert '"/receipt_number": "4711-A"' in prompt and '"/receipt_number" stood after "BON"' in prompt
     # Another issuer's document gets no example.
     await run(receipt("BAECKEREI SCHMIDT KG\nBahnhofstrasse 3", "9999-C").replace(b"DE123456789", b"DE987654321"))
     assert "4711-A" not in system_prompt(provider, server.requests[-1])
