@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -100,6 +101,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         # The reader went away (`docex openapi | head`): what it read is all it wanted. Python
         # would print a traceback flushing stdout at exit; point it at /dev/null first.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES):
+            raise
+        # A full or read-only disk under the output or the data directory: the operator's to
+        # mend, said in one line (it was a 30-line traceback).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        print(f"docex: {exc.strerror}: {exc.filename or 'the output'}", file=sys.stderr)
         sys.exit(1)
 
 

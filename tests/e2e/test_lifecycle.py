@@ -389,6 +389,20 @@ def test_a_reader_that_stops_early_gets_no_traceback(docex_env) -> None:
     assert stderr == ""
 
 
+def test_a_full_output_is_one_line_not_a_traceback(docex_env, tmp_path) -> None:
+    """`docex extract ... > /dev/full` ended in a traceback (OSError: No space left on device)."""
+    import subprocess
+    import sys
+
+    document, schema = tmp_path / "a.txt", tmp_path / "s.json"
+    document.write_text("Total: 12.50\n")
+    schema.write_text('{"type": "object", "properties": {"total": {"type": "number"}}}')
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "daemon.cli", "extract", str(document), "--schema", str(schema)],
+                              env=docex_env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=60, check=False)
+    assert done.returncode == 1 and done.stderr == "docex: No space left on device: the output\n", done.stderr
+
+
 async def test_users_create_with_nothing_on_stdin_says_so(run_docex) -> None:
     """It said "password must be longer than or equal to 6 characters"."""
     result = await run_docex("users", "create", "--email", "ops@example.com", "--name", "Ops")  # stdin: /dev/null
