@@ -306,7 +306,13 @@ def move_beside(folder: Folder, name: str, subfolder: str, tag: str, taken: str)
         target = name
         if _exists(target, target_dir):
             stem, dot, suffix = name.rpartition(".")
-            target = f"{stem}-{tag}.{suffix}" if dot and stem else f"{name}-{tag}"
+            if not (dot and stem):
+                stem, suffix = name, ""
+            # Shortened to fit a file name's 255 bytes with the tag: a long name taken twice
+            # could never be moved ("File name too long"), and said so at every pass.
+            room = 255 - len(f"-{tag}.{suffix}".encode()) if suffix else 255 - len(f"-{tag}".encode())
+            stem = stem.encode()[:room].decode(errors="ignore")
+            target = f"{stem}-{tag}.{suffix}" if suffix else f"{stem}-{tag}"
         with contextlib.suppress(FileNotFoundError):
             os.rename(name, target, src_dir_fd=folder.fd, dst_dir_fd=target_dir)
     finally:

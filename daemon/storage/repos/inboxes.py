@@ -25,7 +25,7 @@ from daemon.storage.database import lock_rows
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
 from daemon.storage.repos.accounts import Role
-from daemon.storage.repos.jobs import NewJob, create_run
+from daemon.storage.repos.jobs import MAX_FILE_NAME, NewJob, create_run
 from daemon.storage.tables import inbox_items, inboxes, jobs, schemas, users
 
 # Identities per IN (...) query: well under SQLite's 32,766 bound parameters.
@@ -181,9 +181,11 @@ def record_sweep(conn: Connection, *, inbox_id: str, found: list[Found], now: dt
                      job_run_id=run_id, data={
                          "inbox": inbox_json(_inbox(conn, inbox_id)),
                          "jobRunId": run_id,
-                         "taken": [{"name": item.candidate.name, "jobId": job_ids[item.candidate.identity]}
-                                   for item in with_jobs],
-                         "refused": [{"name": item.candidate.name, "reason": item.error}
+                         # Names as a job keeps them (a shared folder's 300,000-character name made
+                         # an event of 300 KB, sent to every endpoint).
+                         "taken": [{"name": item.candidate.name[:MAX_FILE_NAME],
+                                    "jobId": job_ids[item.candidate.identity]} for item in with_jobs],
+                         "refused": [{"name": item.candidate.name[:MAX_FILE_NAME], "reason": item.error}
                                      for item in taken if item.job is None],
                      })
     return SweepOutcome(taken=taken, lost=lost, job_run_id=run_id)

@@ -172,3 +172,15 @@ async def test_a_watched_folder_removed_is_forgotten_and_watched_again_once_made
             assert await watch.wait() == {"inbox"}
     finally:
         watch.close()
+
+
+def test_a_long_name_taken_twice_is_moved_aside_under_a_shortened_name(tmp_path: Path) -> None:
+    """The tag made a second 251-byte name 260 bytes: "File name too long" at every pass."""
+    name = "L" * 251 + ".txt"
+    with opened(tmp_path) as folder:
+        for text in ("first", "second"):
+            (tmp_path / name).write_text(text)
+            move_beside(folder, name, "done", "tag12345", taken(tmp_path / name))
+    moved = sorted(p.name for p in (tmp_path / "done").iterdir())
+    assert len(moved) == 2 and name in moved and all(len(n.encode()) <= 255 for n in moved)
+    assert not (tmp_path / name).exists()
