@@ -2,6 +2,7 @@
 // window.confirm: a modal the page cannot style, that screen readers announce poorly and
 // that blocks every other tab of the browser), and the poll that keeps a screen current.
 
+import { ApiError } from "./api.js";
 import { fill, h, uid } from "./dom.js";
 
 /** A once-shown secret (an endpoint's signing secret, an API key) with a copy button.
@@ -96,4 +97,11 @@ export function poll(ctx, delayMs, tick) {
     }
   })();
   return () => retime();
+}
+
+/** The problems of a failed call as text, or a list, in `box` (an error region), shown. */
+export function showProblems(box, error) {
+  const messages = error instanceof ApiError ? error.messages : [error.message];
+  fill(box, messages.length > 1 ? h("ul", {}, messages.map((m) => h("li", {}, m))) : messages[0]);
+  box.hidden = false;
 }

@@ -3,7 +3,7 @@
 
 import * as api from "../api.js";
 import { badge, field, fill, h, select, table, when } from "../dom.js";
-import { confirmButton, secretBox } from "../widgets.js";
+import { confirmButton, secretBox, showProblems } from "../widgets.js";
 
 /** The end of the chosen day in the browser's time zone, as the API's ISO instant. */
 function endOfDay(date) {
@@ -40,9 +40,7 @@ export async function render(view, params, ctx) {
       expires.value = "";
       await refreshKeys();
     } catch (error) {
-      const messages = error instanceof api.ApiError ? error.messages : [error.message];
-      fill(problem, messages.length > 1 ? h("ul", {}, messages.map((m) => h("li", {}, m))) : messages[0]);
-      problem.hidden = false;
+      showProblems(problem, error);
     } finally {
       create.disabled = false;
     }
@@ -112,9 +110,7 @@ export async function render(view, params, ctx) {
       ctx.notify("Password changed. Every other session of this account was ended.");
       await refreshSessions();
     } catch (error) {
-      const messages = error instanceof api.ApiError ? error.messages : [error.message];
-      fill(passwordProblem, messages.length > 1 ? h("ul", {}, messages.map((m) => h("li", {}, m))) : messages[0]);
-      passwordProblem.hidden = false;
+      showProblems(passwordProblem, error);
     } finally {
       change.disabled = false;
     }

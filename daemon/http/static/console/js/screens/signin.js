@@ -4,6 +4,7 @@
 
 import * as api from "../api.js";
 import { field, fill, h } from "../dom.js";
+import { showProblems } from "../widgets.js";
 
 const CLOSED = "Registration is closed: an administrator creates accounts (`docex users create` on the server).";
 
@@ -38,9 +39,7 @@ export async function render(view, params, ctx) {
       sessionStorage.removeItem("docex.after-signin");
       ctx.navigate(back && !back.startsWith("#/signin") && !back.startsWith("#/register") ? back : "#/jobs");
     } catch (error) {
-      const messages = error instanceof api.ApiError ? error.messages : [error.message];
-      fill(problem, messages.length > 1 ? h("ul", {}, messages.map((m) => h("li", {}, m))) : messages[0]);
-      problem.hidden = false;
+      showProblems(problem, error);
       submit.disabled = false;
     }
   }

@@ -8,7 +8,7 @@
 
 import * as api from "../api.js";
 import { badge, field, fill, h, select, shortId, table, uid, when } from "../dom.js";
-import { confirmButton, poll, secretBox } from "../widgets.js";
+import { confirmButton, poll, secretBox, showProblems } from "../widgets.js";
 
 const MODES = [["AUTOMATIC", "Automatic: the events subscribed to"], ["MANUAL", "Manual: only sends and tests"]];
 const FORMATS = [["JSON", "JSON"], ["XML", "XML"], ["FORM_URLENCODED", "Form (URL-encoded)"]];
@@ -22,13 +22,6 @@ export async function render(view, params, ctx) {
   const catalog = (await api.get("/api/webhooks/event-catalog")).data;
   if (params.id) return renderEndpoint(view, params.id, catalog, ctx);
   return renderList(view, catalog, ctx);
-}
-
-/** Problems of an API answer as a list in `box` (an error region). */
-function showProblems(box, error) {
-  const messages = error instanceof api.ApiError ? error.messages : [error.message];
-  fill(box, messages.length > 1 ? h("ul", {}, messages.map((m) => h("li", {}, m))) : messages[0]);
-  box.hidden = false;
 }
 
 function statusBadges(endpoint) {
