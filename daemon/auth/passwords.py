@@ -1,13 +1,16 @@
 """bcrypt password hashes, computed in threads so the event loop never stalls.
 
-bcrypt reads at most 72 bytes of a password; longer ones are refused at
-validation (`MAX_PASSWORD_BYTES`) instead of being silently truncated.
+A password is hashed and checked in its NFKC form (`normalized`), so that it is the
+same password whichever keyboard or system typed it. bcrypt reads at most 72 bytes
+of it; longer ones are refused at validation (`MAX_PASSWORD_BYTES`) instead of being
+silently truncated.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import unicodedata
 
 import bcrypt
 import trio
@@ -17,27 +20,40 @@ MAX_PASSWORD_BYTES = 72
 _cpu = trio.CapacityLimiter(max(1, os.cpu_count() or 1))
 
 
+def normalized(password: str) -> str:
+    """`password` in Unicode's NFKC form (NIST SP 800-63B 5.1.1.2): "é" typed as one
+    character on one system and as "e" and an accent on another, or a full-width letter
+    from an East Asian keyboard, is the same password."""
+    return unicodedata.normalize("NFKC", password)
+
+
 async def hash_password(password: str, rounds: int) -> str:
     salt = bcrypt.gensalt(rounds)
-    hashed = await trio.to_thread.run_sync(bcrypt.hashpw, password.encode(), salt, limiter=_cpu)
+    hashed = await trio.to_thread.run_sync(bcrypt.hashpw, normalized(password).encode(), salt, limiter=_cpu)
     return hashed.decode()
 
 
 async def verify_password(password: str, hashed: str | None, rounds: int) -> bool:
     """Check `password` against `hashed`; with no hash (unknown account) check against a
-    dummy of the same cost, so both answers take the same time."""
+    dummy of the same cost, so both answers take the same time.
 
-    candidate = password.encode()
-    # bcrypt refuses more than 72 bytes; no stored password is longer (registration
-    # refuses them), so such a candidate is wrong, found in the usual time.
-    fits = len(candidate) <= MAX_PASSWORD_BYTES
+    A hash made before passwords were normalized holds the password as it was typed:
+    when the normalized form does not match, the typed one is tried too."""
+    target = (hashed or _dummy_hash(rounds)).encode()
+    forms = [normalized(password)]
+    if hashed is not None and password != forms[0]:
+        forms.append(password)
 
-    def check() -> bool:
-        target = (hashed or _dummy_hash(rounds)).encode()
-        return bcrypt.checkpw(candidate[:MAX_PASSWORD_BYTES], target)
+    def check(form: str) -> bool:
+        candidate = form.encode()
+        # bcrypt refuses more than 72 bytes; no stored password is longer (registration
+        # refuses them), so such a candidate is wrong, found in the usual time.
+        return bcrypt.checkpw(candidate[:MAX_PASSWORD_BYTES], target) and len(candidate) <= MAX_PASSWORD_BYTES
 
-    ok = await trio.to_thread.run_sync(check, limiter=_cpu)
-    return ok and fits and hashed is not None
+    for form in forms:
+        if await trio.to_thread.run_sync(check, form, limiter=_cpu):
+            return hashed is not None
+    return False
 
 
 def needs_rehash(hashed: str, rounds: int) -> bool:

@@ -14,7 +14,7 @@ from quart_schema import document_response, security_scheme, tag_blueprint, vali
 from daemon.auth import accounts
 from daemon.auth.emails import email_key
 from daemon.auth.guard import current_principal, jwt_only, public
-from daemon.auth.passwords import MAX_PASSWORD_BYTES
+from daemon.auth.passwords import MAX_PASSWORD_BYTES, normalized
 from daemon.clock import iso, utcnow
 from daemon.errors import BadRequest, Forbidden, NotFound
 from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_content, services
@@ -52,7 +52,7 @@ def checked_name(value: str) -> str:
 
 
 def checked_password(value: str, info: ValidationInfo) -> str:
-    if len(value.encode()) > MAX_PASSWORD_BYTES:
+    if len(normalized(value).encode()) > MAX_PASSWORD_BYTES:
         raise ValueError(f"{info.field_name} must be shorter than or equal to {MAX_PASSWORD_BYTES} bytes "
                          "(bcrypt's limit)")
     return value

@@ -10,6 +10,7 @@ import datetime as dt
 import logging
 from typing import Any
 
+import bcrypt
 import jwt
 import pytest
 import sqlalchemy as sa
@@ -114,6 +115,32 @@ async def test_a_login_rehashes_a_password_made_at_another_cost(client, services
     stored = await services.db.read(lambda conn: conn.execute(sa.select(users.c.password_hash)).scalar_one())
     assert stored.startswith("$2b$05$")
     assert (await login(client)).status_code == 200
+
+
+# --- a password typed on another system -------------------------------------------------------
+
+COMPOSED = "caf\u00e9 cr\u00e8me"  # é and è as one character each
+DECOMPOSED = "cafe\u0301 cre\u0300me"  # e and a combining accent, as macOS types them
+
+
+async def test_a_password_typed_with_the_accents_composed_otherwise_signs_in(client) -> None:
+    await register(client, password=COMPOSED)
+    assert (await login(client, password=DECOMPOSED)).status_code == 200
+    assert (await login(client, password=COMPOSED)).status_code == 200
+    assert (await login(client, password="cafe creme")).status_code == 401
+
+
+async def test_a_full_width_password_is_the_same_password(client) -> None:
+    await register(client, password="\uff30\uff21\uff33\uff33 word")  # "ＰＡＳＳ word"
+    assert (await login(client, password="PASS word")).status_code == 200
+
+
+async def test_a_password_hashed_before_it_was_normalized_still_signs_in(client, services) -> None:
+    await register(client)
+    legacy = bcrypt.hashpw(DECOMPOSED.encode(), bcrypt.gensalt(4)).decode()
+    await services.db.run(lambda conn: conn.execute(sa.update(users).values(password_hash=legacy)))
+    assert (await login(client, password=DECOMPOSED)).status_code == 200
+    assert (await login(client, password=PASSWORD)).status_code == 401
 
 
 # --- what an audit needs ----------------------------------------------------------------------
