@@ -109,6 +109,9 @@ class ServerConfig:
     # Behind a reverse proxy, the client address (rate limits, sessions list) comes from
     # X-Forwarded-For, trusting this many proxies; 0 trusts none and uses the peer address.
     trusted_proxy_hops: int = _setting(0, hot=False)
+    # A second listener, on `host`, with the operations routes alone: how a `--role worker`
+    # process (no API) is scraped and probed; 0 for none.
+    metrics_port: int = _setting(0, hot=False, doc="serve /metrics, /api/health and /api/ready here too")
 
 
 @dataclass(frozen=True)
@@ -651,6 +654,9 @@ def _validate(c: Config) -> list[str]:
           "API_KEY_PREFIX: 1-32 letters, digits, _ or -")
     check(c.auth.max_api_keys_per_user >= 1, "MAX_API_KEYS_PER_USER: must be at least 1")
     check(0 <= c.server.trusted_proxy_hops <= 10, "server.trusted_proxy_hops: must be 0-10")
+    check(0 <= c.server.metrics_port <= 65535, f"server.metrics_port: must be 0 (none) or 1-65535 "
+                                               f"(got {c.server.metrics_port})")
+    check(c.server.metrics_port != c.port, f"server.metrics_port: must differ from port ({c.port})")
     check(0 <= c.jobs.workers <= 256, "jobs.workers: must be 0-256")
     check(c.jobs.max_attempts >= 1, "jobs.max_attempts: must be at least 1")
     check(c.jobs.max_pages >= 1, "jobs.max_pages: must be at least 1")

@@ -19,6 +19,7 @@ root is cancelled and the process exits 0.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import logging
 import signal
@@ -93,6 +94,9 @@ async def _run_work(services: Services, notifier: Notifier) -> None:
         binds: list[str] = []
         if services.role.serves_http:
             binds = await work.start(run_http, services, http_shutdown)
+        if services.config.server.metrics_port:
+            # A worker process's own counters (jobs, deliveries) are scraped here, and only here.
+            binds += await work.start(functools.partial(run_http, ops_only=True), services, http_shutdown)
         if services.role.runs_workers:
             await work.start(run_workers, services)
             await work.start(run_dispatcher, services)

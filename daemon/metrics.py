@@ -2,7 +2,7 @@
 
 Counters and histograms are updated where things happen; gauges that describe
 database state (jobs by status, queue depth) are read from the database when
-`/metrics` is scraped, by the refreshers the subsystems register.
+`/metrics` is scraped, by the refresher the app sets.
 """
 
 from __future__ import annotations
@@ -73,13 +73,14 @@ class Metrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
             registry=self.registry,
         )
-        self._refreshers: list[Callable[[], Awaitable[None]]] = []
+        self._refresh: Callable[[], Awaitable[None]] | None = None
 
-    def add_refresher(self, refresh: Callable[[], Awaitable[None]]) -> None:
-        """Register a coroutine that updates database-backed gauges before each scrape."""
-        self._refreshers.append(refresh)
+    def set_refresher(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        """The coroutine that updates the database-backed gauges before each scrape (one per
+        process, whichever of its listeners is scraped)."""
+        self._refresh = refresh
 
     async def render(self) -> bytes:
-        for refresh in self._refreshers:
-            await refresh()
+        if self._refresh is not None:
+            await self._refresh()
         return generate_latest(self.registry)

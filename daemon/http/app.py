@@ -46,7 +46,9 @@ JSON_BODY_LIMIT_BYTES = 4 * 1024 * 1024
 _METRIC_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
-def create_app(services: Services) -> QuartTrio:
+def create_app(services: Services, *, ops_only: bool = False) -> QuartTrio:
+    """The API, or with `ops_only` the operations routes alone (health, ready, settings,
+    metrics: what `server.metrics_port` serves)."""
     app = QuartTrio("docex")
     app.request_class = DocexRequest
     # werkzeug answers /api//jobs with a 308 to /api/jobs: an HTML body, not the SPEC §3
@@ -76,10 +78,12 @@ def create_app(services: Services) -> QuartTrio:
     _install_request_context(app, services)
     install_guard(app, services)  # after the request id, so refusals carry one too
     refuse_unusable_requests(app)  # after the guard: no credentials is a 401 whatever the path
-    services.metrics.add_refresher(functools.partial(refresh_job_gauges, services))
-    for blueprint in (ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, job_pages.blueprint,
-                      schemas.blueprint, webhooks.blueprint, integrations.blueprint, inboxes.blueprint,
-                      docs.blueprint, console.blueprint, exports.blueprint):
+    services.metrics.set_refresher(functools.partial(refresh_job_gauges, services))
+    blueprints = (ops.blueprint,) if ops_only else (
+        ops.blueprint, auth.blueprint, admin.blueprint, jobs.blueprint, job_pages.blueprint, schemas.blueprint,
+        webhooks.blueprint, integrations.blueprint, inboxes.blueprint, docs.blueprint, console.blueprint,
+        exports.blueprint)
+    for blueprint in blueprints:
         app.register_blueprint(blueprint)
     return app
 

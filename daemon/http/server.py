@@ -139,19 +139,22 @@ async def run_http(
     services: Services,
     shutdown: trio.Event,
     *,
+    ops_only: bool = False,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Bind, report the bound addresses through `task_status`, serve until `shutdown`."""
+    """Bind, report the bound addresses through `task_status`, serve until `shutdown`: the
+    API on `port`, or with `ops_only` the operations routes on `server.metrics_port`."""
     config = services.config
+    port = config.server.metrics_port if ops_only else config.port
     hc = HypercornConfig()
-    hc.bind = [f"[{config.host}]:{config.port}" if ":" in config.host else f"{config.host}:{config.port}"]
+    hc.bind = [f"[{config.host}]:{port}" if ":" in config.host else f"{config.host}:{port}"]
     hc.graceful_timeout = float(config.server.grace_period_s)
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")  # into our JSON lines
     hc.keep_alive_timeout = float(config.server.keep_alive_timeout_s)
     hc.include_server_header = False
     hc.alpn_protocols = ["http/1.1"]  # HTTP/1.1 only (`ErrorBodyH11Protocol`)
-    app: Any = create_app(services)
+    app: Any = create_app(services, ops_only=ops_only)
     if config.server.trusted_proxy_hops:
         app = ProxyFixMiddleware(app, mode="legacy", trusted_hops=config.server.trusted_proxy_hops)
     install_hypercorn_fixes()

@@ -239,6 +239,18 @@ def test_values_that_broke_the_running_daemon_are_refused(environ, problem) -> N
     assert any(p.startswith(problem) for p in caught.value.problems), caught.value.problems
 
 
+@pytest.mark.parametrize(("environ", "problem"), [
+    ({"DOCEX_SERVER_METRICS_PORT": "70000"}, "server.metrics_port: must be 0 (none) or 1-65535"),
+    ({"DOCEX_SERVER_METRICS_PORT": "-1"}, "server.metrics_port: must be 0 (none) or 1-65535"),
+    ({"DOCEX_SERVER_METRICS_PORT": "8080"}, "server.metrics_port: must differ from port (8080)"),
+])
+def test_a_metrics_port_must_be_one_docex_can_listen_on_beside_the_api(environ, problem) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(environ=environ)
+    assert any(p.startswith(problem) for p in caught.value.problems), caught.value.problems
+    assert load_config(environ={"DOCEX_SERVER_METRICS_PORT": "9101"}).server.metrics_port == 9101
+
+
 def test_durations_in_a_file_must_be_finite_and_bounded(tmp_path: Path) -> None:
     path = tmp_path / "c.toml"
     for text, problem in (("[jobs]\nlease = inf\n", "must be a finite duration"),
