@@ -55,6 +55,7 @@ from daemon.integrations.sealing import seal_secrets
 from daemon.integrations.sources import google_client, open_source, revoke_grant
 from daemon.storage.ids import new_id
 from daemon.storage.repos import integrations as repo
+from daemon.storage.repos.accounts import get_user
 from daemon.webhooks import ssrf
 
 log = logging.getLogger(__name__)
@@ -268,10 +269,12 @@ async def google_drive_callback() -> Response:
     authorization; 502 Google's token endpoint failed), never the tokens.
     """
     args = request.args
-    if args.get("error"):
-        declined = args.get("error") == "access_denied"
-        return _page(400, "Google Drive was not connected",
-                     "You declined access." if declined else f"Google answered: {args.get('error')}.")
+    if error := args.get("error"):
+        # Only an error code is shown (RFC 6749 4.1.2.1): free text in the link would be a
+        # message of the attacker's on this origin.
+        reason = ("You declined access." if error == "access_denied" else
+                  f"Google answered: {error}." if _ERROR_CODE.fullmatch(error) else "Google refused the authorization.")
+        return _page(400, "Google Drive was not connected", reason)
     code, state = args.get("code", ""), args.get("state", "")
     if not code or not state:
         return _page(400, "Google Drive was not connected", "The link is missing its code or state.")
@@ -313,16 +316,24 @@ async def google_drive_callback() -> Response:
         return _page(400, "Google Drive was not connected",
                      "This authorization link was already used or replaced by a newer one. Start again from docex.")
     log.info("integration authorized", extra={"action": "integration.authorized", "integration_id": row.id})
+    # Whoever opens a link completes it for the account that asked for it: the page says
+    # which docex account now reads the Drive, so that a link sent by someone else shows.
+    owner = await services().db.read(get_user, claim.user_id)
     lacking = missing_scopes(tokens.scope, SCOPES) if tokens.scope else []
     note = (" Read access to your files was not granted, so jobs will fail with INTEGRATION_PERMISSION_DENIED: "
             "reconnect and allow it.") if lacking else ""
     return _page(200, "Google Drive is connected",
-                 f"The integration {row.name!r}{' (' + email + ')' if email else ''} is ready.{note} "
+                 f"The integration {row.name!r}{' (' + email + ')' if email else ''} of the docex account "
+                 f"{owner.email if owner else 'that made this link'} can now read these files.{note} "
+                 "If you did not ask for this, remove docex at myaccount.google.com/permissions. "
                  "You can close this window.")
 
 
 async def _unsaved(tokens: Tokens) -> None:
     """The callback stores the keeper's latest grant itself, once, after the e-mail lookup."""
+
+
+_ERROR_CODE = re.compile(r"[a-z_]{1,64}")
 
 
 def _page(status: int, title: str, text: str) -> Response:

@@ -67,7 +67,13 @@ def test_api_docs_render_every_operation_without_network(start_daemon: Callable[
             context.route("**/*", only_docex)
             page = context.new_page()
             page.on("pageerror", lambda error: page_errors.append(str(error)))
-            page.goto(daemon.url("/api/docs"), wait_until="networkidle", timeout=RENDER_TIMEOUT_MS)
+            # The page's policy must let Swagger UI run, and refuse nothing it needs.
+            page.on("console", lambda message: page_errors.append(message.text)
+                    if "Content Security Policy" in message.text else None)
+            response = page.goto(daemon.url("/api/docs"), wait_until="networkidle", timeout=RENDER_TIMEOUT_MS)
+            assert response is not None
+            policy = response.headers.get("content-security-policy", "")
+            assert "script-src 'self' 'sha256-" in policy and "frame-ancestors 'none'" in policy, policy
             assert outside == [], f"the page tried to reach other hosts: {outside}"
             page.locator('.opblock-summary-path[data-path="/api/jobs"]').first.wait_for(timeout=RENDER_TIMEOUT_MS)
             listed = {

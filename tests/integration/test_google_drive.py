@@ -141,8 +141,19 @@ async def test_the_callback_refuses_what_it_cannot_trust(client: Any, services: 
     code, _ = google.consent(created["authorizationUrl"])
     status, page = await _callback(client, code=code, state=state)
     assert status == 200 and "Google Drive is connected" in page and "alice@gmail.example" in page
+    # Whoever opened the link, the page names the docex account that now reads the Drive.
+    owner = await (await client.get("/api/auth/me", headers=alice)).get_json()
+    assert f"of the docex account {owner['email']} can now read these files" in page
     status, page = await _callback(client, code=google.issue_code(), state=state)
     assert status == 400 and "already used" in page
+
+
+async def test_the_callback_shows_an_error_code_but_no_text_from_the_link(client: Any, google: FakeGoogle) -> None:
+    status, page = await _callback(client, error="server_error")
+    assert status == 400 and "Google answered: server_error." in page
+    status, page = await _callback(client, error="Your session expired. Sign in again at https://evil.example")
+    assert status == 400 and "Google refused the authorization." in page
+    assert "evil" not in page and "session expired" not in page
     for token in [*google.access_tokens, *google.refresh_tokens, "docex-client-secret"]:
         assert token not in page
 
