@@ -72,12 +72,12 @@ async def _jobs(state: Services, user_id: str, where: JobFilter) -> AsyncIterato
     """Every job matching `where`, as job objects, a page at a time."""
     cursor = None
     while True:
-        page = await state.db.read(jobs_repo.list_jobs, user_id, where, PAGE_SIZE, cursor)
-        for job in page[:PAGE_SIZE]:
+        found = await state.db.read(jobs_repo.list_jobs, user_id, where, PAGE_SIZE, cursor)
+        for job in found.jobs:
             yield job_json(job)
-        if len(page) <= PAGE_SIZE:
+        if not found.more:
             return
-        cursor = page[PAGE_SIZE - 1].id
+        cursor = found.jobs[-1].id
 
 
 async def _rendered(jobs: AsyncIterator[dict[str, Any]],

@@ -9,7 +9,9 @@ and the file's hash) and may be kept by the browser; a repeat with If-None-Match
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -45,6 +47,25 @@ DEFAULT_WIDTH = 1400  # a page beside a column of values on a laptop's screen, s
 _MAX_WIDTH = 4000
 # A job's file never changes; a week keeps a reviewer's pages across days of work.
 _CACHE_CONTROL = "private, max-age=604800"
+
+
+# Pictures are rendered in the parser processes that read jobs' documents. At most half of
+# them render at once (one on two cores), so a flood of pictures leaves jobs a process; and a
+# user renders one picture at a time, so one user's flood leaves the others' pictures a turn.
+_RENDER_SLOTS = trio.CapacityLimiter(max(1, (os.cpu_count() or 1) // 2))
+_renders_by_user: dict[str, trio.CapacityLimiter] = {}
+
+
+@contextlib.asynccontextmanager
+async def _render_turn(user_id: str) -> AsyncIterator[None]:
+    mine = _renders_by_user.setdefault(user_id, trio.CapacityLimiter(1))
+    try:
+        async with mine, _RENDER_SLOTS:
+            yield
+    finally:
+        held = mine.statistics()
+        if held.borrowed_tokens == 0 and held.tasks_waiting == 0 and _renders_by_user.get(user_id) is mine:
+            del _renders_by_user[user_id]
 
 
 class PageQuery(ApiModel):
@@ -124,7 +145,7 @@ async def get_page(job_id: str, number: int, query_args: PageQuery) -> Response:
         return await _stored(blob_key, mime, headers, services().config.extraction.max_image_pixels)
     config = services().config
     try:
-        async with services().blobs.open_local(blob_key) as path:
+        async with _render_turn(job.user_id), services().blobs.open_local(blob_key) as path:
             picture = await in_worker(render_page, str(path), mime, number, query_args.width,
                                       parse_options(config), timeout_s=config.extraction.parse_timeout_s)
     except FileNotFoundError:

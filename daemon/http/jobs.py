@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -28,7 +29,7 @@ from daemon.extraction.pipeline import schema_of
 from daemon.http.context import no_content, services
 from daemon.http.models import ApiModel, IsoDateTime
 from daemon.http.openapi import FileBytes, NoContent, error_responses, request_bodies
-from daemon.http.pagination import PageQuery, encoded, page
+from daemon.http.pagination import PageQuery, encoded, page, page_of
 from daemon.http.requests import current_request
 from daemon.http.validation import in_utc, parse
 from daemon.integrations.job_sources import SourceIn, job_sources
@@ -401,7 +402,9 @@ async def _run_body(run_id: str, *, with_jobs: bool = False) -> dict[str, Any]:
             raise NotFound("Job run not found")
         body = run_json(run, repo.run_counts(conn, run_id))
         if with_jobs:
-            rows = repo.list_jobs(conn, user_id, JobFilter(job_run_id=run_id), MAX_FILES_PER_RUN, None)
+            # The replay of a run's creation: its jobs as created, whatever their results weigh.
+            rows = repo.list_jobs(conn, user_id, JobFilter(job_run_id=run_id), MAX_FILES_PER_RUN, None,
+                                  max_bytes=sys.maxsize).jobs
             body["jobs"] = [job_json(row) for row in reversed(rows)]
         return body
 
@@ -497,10 +500,10 @@ async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
 async def list_jobs(query_args: JobQuery) -> Response:
     """The caller's jobs, newest first, filtered by status, schema, run or creation time; or
     (`review=pending`) the jobs waiting for a person to check them, oldest first."""
-    rows = await services().db.read(
+    found = await services().db.read(
         repo.list_jobs, current_principal().user_id, query_args.filter(), query_args.limit, query_args.cursor
     )
-    return await encoded(page(rows, query_args.limit, job_json))
+    return await encoded(page_of(found.jobs, found.more, job_json))
 
 
 @blueprint.get("/jobs/<job_id>")
@@ -706,8 +709,8 @@ async def list_run_jobs(run_id: str, query_args: JobQuery) -> Response:
     if await services().db.read(repo.get_run, user_id, run_id) is None:
         raise NotFound("Job run not found")
     where = dataclasses.replace(query_args.filter(), job_run_id=run_id)
-    rows = await services().db.read(repo.list_jobs, user_id, where, query_args.limit, query_args.cursor)
-    return await encoded(page(rows, query_args.limit, job_json))
+    found = await services().db.read(repo.list_jobs, user_id, where, query_args.limit, query_args.cursor)
+    return await encoded(page_of(found.jobs, found.more, job_json))
 
 
 @blueprint.post("/job-runs/<run_id>/cancel")

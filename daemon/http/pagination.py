@@ -45,8 +45,11 @@ def encode_cursor(last_id: str) -> str:
 
 def page(rows: Sequence[Any], limit: int, render: Callable[[Any], Any], key: str = "id") -> dict[str, Any]:
     """Render `rows` (fetched with ``LIMIT limit + 1``) as one page."""
-    more = len(rows) > limit
-    shown = rows[:limit]
+    return page_of(rows[:limit], len(rows) > limit, render, key)
+
+
+def page_of(shown: Sequence[Any], more: bool, render: Callable[[Any], Any], key: str = "id") -> dict[str, Any]:
+    """Render `shown` as one page, with a cursor past its last row if `more` follow."""
     last = getattr(shown[-1], key) if shown else None
     return {"data": [render(r) for r in shown], "nextCursor": encode_cursor(last) if more and last else None}
 

@@ -136,3 +136,50 @@ async def test_a_file_gone_from_the_blob_store_is_410(
     body = await error_of(await client.get(f"/api/jobs/{pdf_id}/pages/1", headers=alice), 410)
     assert body["message"] == "The job's file no longer exists"
     await error_of(await client.get(f"/api/jobs/{text_id}/text", headers=alice), 410)
+
+
+async def test_one_users_flood_of_pictures_neither_takes_every_parser_nor_delays_another_user(
+        client: Any, alice: dict[str, str], schema_id: str, tmp_path: Path, monkeypatch: Any) -> None:
+    """Pictures are rendered in the processes that read jobs: 60 renders of one user held all
+    of them, and another user's job waited 16 s. A user renders one picture at a time, and
+    renders take at most half the processes."""
+    import trio
+
+    import daemon.http.job_pages as job_pages
+    from daemon.extraction.pages import PageImage
+
+    bob = await register(client, "bob@example.com")
+    bob_schema = (await (await client.post("/api/schemas", json={"name": "S", "definition": {
+        "type": "object", "properties": {"total": {"type": "number"}}}}, headers=bob)).get_json())["id"]
+    alice_job = await _pdf_job(client, alice, schema_id, tmp_path)
+    bob_job = await _pdf_job(client, bob, bob_schema, tmp_path)
+    rendering: dict[str, int] = {alice_job: 0, bob_job: 0}
+    most = {"alice": 0, "all": 0}
+    finished: list[str] = []
+
+    async def slow_render(fn: Any, path: str, mime: str, number: int, width: int, *args: Any, **kwargs: Any) -> Any:
+        job = alice_job if width < 1000 else bob_job
+        rendering[job] += 1
+        most["alice"] = max(most["alice"], rendering[alice_job])
+        most["all"] = max(most["all"], sum(rendering.values()))
+        await trio.sleep(0.05)
+        rendering[job] -= 1
+        return PageImage(b"\x89PNG")
+
+    monkeypatch.setattr(job_pages, "in_worker", slow_render)
+
+    async def get(job_id: str, width: int, auth: dict[str, str]) -> None:
+        r = await client.get(f"/api/jobs/{job_id}/pages/1", query_string={"width": str(width)}, headers=auth)
+        assert r.status_code == 200
+        finished.append(job_id)
+
+    async with trio.open_nursery() as nursery:
+        for width in range(100, 110):  # ten pictures of alice's, each another width (no cache)
+            nursery.start_soon(get, alice_job, width, alice)
+        await trio.sleep(0.01)
+        nursery.start_soon(get, bob_job, 1400, bob)
+    assert most["alice"] == 1
+    assert most["all"] <= job_pages._RENDER_SLOTS.total_tokens
+    # Bob's turn came after at most one of alice's per slot, not after all ten.
+    assert finished.index(bob_job) <= 2 * job_pages._RENDER_SLOTS.total_tokens, finished
+    assert job_pages._renders_by_user == {}  # nobody's turn is kept once their pictures are done

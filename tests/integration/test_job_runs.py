@@ -302,7 +302,7 @@ async def test_cancelling_a_run_drops_the_fetch_lease_of_its_pending_jobs(
     await error_of(await client.post(f"/api/jobs/{fetching.id}/restart", headers=alice), 409)
     r = await client.post(f"/api/job-runs/{run.id}/cancel", headers=alice)
     assert r.status_code == 200 and (await r.get_json())["status"] == "CANCELLED"
-    for job in await services.db.read(repo.list_jobs, uid, JobFilter(job_run_id=run.id), 10, None):
+    for job in (await services.db.read(repo.list_jobs, uid, JobFilter(job_run_id=run.id), 10, None)).jobs:
         assert job.status == "CANCELLED"
         assert (job.lease_owner, job.lease_expires_at) == (None, None)
     # The worker fetching the file finds the job gone.

@@ -191,11 +191,29 @@ class JobFilter:
     review_below: float | None = None
 
 
-def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None) -> list[Job]:
-    """The user's jobs matching `where`, newest first (the review queue oldest first), after `cursor`."""
+# What one page of jobs may hold of stored JSON (results, the originals a person corrected,
+# their metadata): a correction may be 4 MiB, and a page of 100 of them was 400 MB of text
+# and several times that in memory. A page is cut short of its limit to stay under it (its
+# first job is always in it), and its cursor goes on from there.
+PAGE_JSON_BYTES = 8 * 1024 * 1024
+_RESULT, _ORIGINAL, _META = (sa.func.coalesce(sa.func.length(sa.cast(column, sa.Text)), 0)
+                             for column in (jobs.c.result, jobs.c.original_result, jobs.c.result_meta))
+_STORED_JSON = (_RESULT + _ORIGINAL + _META).label("stored_json")
+
+
+@dataclass(frozen=True)
+class JobSlice:
+    jobs: list[Job]  # at most the limit asked for
+    more: bool  # further jobs match: a next page starts after the last of these
+
+
+def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None,
+              max_bytes: int = PAGE_JSON_BYTES) -> JobSlice:
+    """The user's jobs matching `where`, newest first (the review queue oldest first), after
+    `cursor`: at most `limit`, and no more than fit `max_bytes` of stored JSON."""
     oldest_first = where.review_below is not None
     order = jobs.c.id.asc() if oldest_first else jobs.c.id.desc()
-    query = sa.select(jobs).where(jobs.c.user_id == user_id).order_by(order).limit(limit + 1)
+    query = sa.select(jobs.c.id, _STORED_JSON).where(jobs.c.user_id == user_id).order_by(order).limit(limit + 1)
     if where.status:
         query = query.where(jobs.c.status == where.status)
     if where.schema_id:
@@ -218,7 +236,17 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
                                                jobs.c.result_complete.is_(False)))
     if cursor:
         query = query.where(jobs.c.id > cursor if oldest_first else jobs.c.id < cursor)
-    return [Job.from_row(row) for row in conn.execute(query)]
+    # The sizes first, then the jobs that fit: what does not fit is never read.
+    sized = conn.execute(query).all()
+    chosen: list[str] = []
+    total = 0
+    for job_id, size in sized[:limit]:
+        total += size
+        if chosen and total > max_bytes:
+            break
+        chosen.append(job_id)
+    found = [Job.from_row(row) for row in conn.execute(sa.select(jobs).where(jobs.c.id.in_(chosen)).order_by(order))]
+    return JobSlice(found, more=len(sized) > len(chosen))
 
 
 def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> Job:
