@@ -19,7 +19,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.sansio.multipart import Data, Epilogue, File, MultipartDecoder, NeedData, State
 from werkzeug.sansio.multipart import Field as FieldEvent
 
-from daemon.errors import BadRequest, PayloadTooLarge
+from daemon.errors import ApiError, BadRequest, PayloadTooLarge
 from daemon.jobs import filetypes
 from daemon.storage.blobs import BlobStore, BlobWriter
 from daemon.storage.repos.jobs import stored_file_name
@@ -27,6 +27,11 @@ from daemon.storage.repos.jobs import stored_file_name
 # Plain form fields (type, schemaId, …) are small; a larger one is not a field we take.
 _MAX_FIELD_BYTES = 64 * 1024
 _MAX_PARTS = 1100
+# An upload has this long, plus a second for each KiB it has sent, or it is ended (408): a
+# client sending a byte every 20 s held a socket and a partial file for ever. Any real link
+# is far faster (50 MiB over 1 Mbit/s: 7 minutes, with 15 hours of credit).
+UPLOAD_GRACE_S = 60.0
+UPLOAD_MIN_BYTES_PER_S = 1024
 
 
 def file_too_large(max_bytes: int) -> PayloadTooLarge:
@@ -104,6 +109,7 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
     # cannot be told from a file's, and a request of small fields was told its file was too big.
     decoder = MultipartDecoder(boundary_of(request.headers.get("Content-Type", "")))
     parts = 0
+    started, received = trio.current_time(), 0
     try:
         body = request.body.__aiter__()
         done = ended = False
@@ -120,9 +126,14 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
                 elif len(decoder.buffer) > _MAX_FIELD_BYTES:
                     raise BadRequest(["multipart preamble or part headers over 64 KiB"])
                 try:
-                    chunk: bytes | None = await body.__anext__()
+                    with trio.move_on_at(started + UPLOAD_GRACE_S + received / UPLOAD_MIN_BYTES_PER_S) as late:
+                        chunk: bytes | None = await body.__anext__()
                 except StopAsyncIteration:
                     chunk, ended = None, True
+                if late.cancelled_caught:
+                    raise ApiError(f"the upload is too slow: under {UPLOAD_MIN_BYTES_PER_S // 1024} KiB/s after its "
+                                   f"first {UPLOAD_GRACE_S:g} s; send it again", status=408)
+                received += len(chunk or b"")
                 decoder.receive_data(chunk)
                 continue
             if isinstance(event, File | FieldEvent):

@@ -17,6 +17,7 @@ import openpyxl
 import pytest
 import sqlalchemy as sa
 from jobs_helpers import (
+    blob_files,
     completed_job,
     create_job,
     error_of,
@@ -337,3 +338,37 @@ async def test_a_full_disk_is_507_naming_the_storage_not_a_500(client: Any, alic
     monkeypatch.setattr(jobs_repo, "list_jobs", full)
     r = await client.get("/api/jobs", headers=alice)
     assert r.status_code == 507, await r.get_json()
+
+
+async def test_an_upload_too_slow_to_be_real_is_ended_with_a_408_and_leaves_no_partial_file(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client sending a byte every 20 s kept an upload, its socket and its partial file open
+    for ever (JSON bodies end after 60 s): an upload gets a minute, and a second more for each
+    KiB it sends (here a tenth of a second and 1 KiB/s)."""
+    import trio
+
+    import daemon.jobs.upload as upload
+
+    monkeypatch.setattr(upload, "UPLOAD_GRACE_S", 0.1)
+    body, content_type = multipart([("type", "EXTRACTION"), ("schemaId", schema_id)], [("file", "a.txt", b"x" * 5000)])
+
+    async def trickle(connection: Any) -> None:
+        for start in range(0, 1000, 100):  # 1 KiB in 0.25 s (4 KiB/s): on time, whatever the grace
+            await connection.send(body[start:start + 100])
+            await trio.sleep(0.025)
+        for start in range(1000, len(body), 10):  # then 10 bytes every 0.05 s: 200 B/s
+            await connection.send(body[start:start + 10])
+            await trio.sleep(0.05)
+
+    async with (client.request("/api/jobs", method="POST", headers={**alice, **content_type}) as connection,
+                trio.open_nursery() as nursery):
+        nursery.start_soon(trickle, connection)
+        with trio.fail_after(5):
+            response = await connection.as_response()
+        nursery.cancel_scope.cancel()
+    assert response.status_code == 408
+    answer = await response.get_json()
+    assert answer["error"] == "Request Timeout" and "the upload is too slow: under 1 KiB/s" in answer["message"]
+    assert blob_files(services) == []
+    assert await services.db.read(lambda conn: conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar()) == 0
