@@ -301,7 +301,8 @@ _SUFFIX_SPACING = re.compile(r"(?:(?<=[A-Za-z])(-)|(?<![A-Za-z]))(?=S DN|SDNBHD|
 
 def _repair_suffix(text: str) -> str:
     """"SON BHD", "SDN BED" -> "SDN BHD": a misread letter in the commonest legal
-    suffix of the kind, mended when the other word of the pair is read right;
+    suffix of the kind, mended when the other word of the pair is read right or the
+    pair ends the name ("SIN BHU");
     "5/B" -> "S/B" as the name's last word; the pair's spacing as printed
     ("S DN BHD", "SDNBHD", "INTERNATIONAL-SDN BHD")."""
     text = _SUFFIX_SPACING.sub(lambda m: f"{' ' if m.group(1) else ''}{m.group(2)}{m.group(3)} {m.group(4)}", text)
@@ -314,7 +315,9 @@ def _repair_suffix(text: str) -> str:
         if len(core1) != 3 or len(core2) != 3 or not (core1.isalpha() and core2.isalnum()):
             continue
         up1, up2 = core1.upper(), core2.upper()
-        if (up1 == "SDN" or up2 == "BHD") and _near(up1, "SDN") and _near(up2, "BHD"):
+        # Both words misread only where the pair ends the name, where nothing else stands.
+        last = index + 2 == len(words)
+        if (up1 == "SDN" or up2 == "BHD" or last) and _near(up1, "SDN") and _near(up2, "BHD"):
             fix1, fix2 = ("SDN", "BHD") if core1.isupper() else ("Sdn", "Bhd")
             words[index] = fix1 + first[len(core1):]
             words[index + 1] = fix2 + second[len(core2):]
@@ -355,6 +358,9 @@ _NAME_WORDS = tuple(word for word in (_TRADES + "|enterprise|enterprises|trading
                     if len(word) >= 7)
 # An underscore between two letters of a name: the space it was printed with.
 _UNDERSCORE_SPACE = re.compile(r"(?<=[A-Za-z])_(?=[A-Za-z])")
+# A full stop after a whole word inside a name ("HARDWARE. ENTERPRISE"): a speck. A name
+# stops only after an abbreviation ("CO.", "SDN.", "MR.", "P.T.") or at its end.
+_SPECK_STOP = re.compile(r"(?<![A-Za-z])([A-Za-z]{5,})\.(?= \S)")
 
 
 def _name_word(word: str) -> str:
@@ -371,9 +377,9 @@ def _name_word(word: str) -> str:
 
 
 def _mended_name_words(text: str) -> str:
-    """A name with its trade and legal words read as printed (`_name_word`), and the spaces
-    OCR read as underscores."""
-    text = _UNDERSCORE_SPACE.sub(" ", text)
+    """A name with its trade and legal words read as printed (`_name_word`), the spaces
+    OCR read as underscores, and no stop a speck put after a word inside it."""
+    text = _SPECK_STOP.sub(r"\1", _UNDERSCORE_SPACE.sub(" ", text))
     return re.sub(r"(?<![A-Za-z0-9])[A-Za-z]{7,}(?![A-Za-z0-9])", lambda match: _name_word(match.group()), text)
 
 

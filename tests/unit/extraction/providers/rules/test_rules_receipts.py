@@ -89,6 +89,18 @@ def test_a_misread_legal_suffix_is_mended() -> None:
         "MAJU HARDWARE (KLANG) SDN BHD"
     assert read(scanned("MR. D.I.Y.(M) SDN BHD", "NO. 1, JALAN SATU"))["company"] == "MR. D.I.Y. (M) SDN BHD"
     assert read(scanned("Maju Makmur Sdn Bed", "No. 1, Jalan Satu"))["company"] == "Maju Makmur Sdn Bhd"
+    # Both words a letter off, where the pair ends the name; not elsewhere ("SIN" is a name).
+    assert read(scanned("MAJU MAKMUR SIN BHU", "NO. 1, JALAN SATU"))["company"] == "MAJU MAKMUR SDN BHD"
+    assert read(scanned("RESTORAN SIN BHU LEE SDN BHD", "NO. 1, JALAN SATU"))["company"] == \
+        "RESTORAN SIN BHU LEE SDN BHD"
+
+
+def test_a_speck_read_as_a_stop_after_a_word_inside_a_name_is_dropped() -> None:
+    assert read(scanned("MAJU HARDWARE. ENTERPRISE (KLANG) SDN BHD", "NO. 1, JALAN SATU"))["company"] == \
+        "MAJU HARDWARE ENTERPRISE (KLANG) SDN BHD"
+    # Abbreviations and the name's own end keep theirs.
+    assert read(scanned("ST. MARY BOOK CO. (M) SDN. BHD.", "NO. 1, JALAN SATU"))["company"] == \
+        "ST. MARY BOOK CO. (M) SDN. BHD."
 
 
 def test_the_registered_company_under_a_trade_name_with_a_weak_suffix_is_the_issuer() -> None:
