@@ -27,9 +27,9 @@ from daemon.storage.repos.jobs import stored_file_name
 # Plain form fields (type, schemaId, …) are small; a larger one is not a field we take.
 _MAX_FIELD_BYTES = 64 * 1024
 _MAX_PARTS = 1100
-# An upload has this long, plus a second for each KiB it has sent, or it is ended (408): a
-# client sending a byte every 20 s held a socket and a partial file for ever. Any real link
-# is far faster (50 MiB over 1 Mbit/s: 7 minutes, with 15 hours of credit).
+# An upload has this long, plus a second for each KiB it has sent, and never this long
+# without a byte, or it is ended (408): a client sending a byte every 20 s held a socket and
+# a partial file for ever. Any real link is far faster (50 MiB over 1 Mbit/s: 7 minutes).
 UPLOAD_GRACE_S = 60.0
 UPLOAD_MIN_BYTES_PER_S = 1024
 
@@ -125,14 +125,17 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
                     del decoder.buffer[:]  # nothing reads it
                 elif len(decoder.buffer) > _MAX_FIELD_BYTES:
                     raise BadRequest(["multipart preamble or part headers over 64 KiB"])
+                deadline = min(started + UPLOAD_GRACE_S + received / UPLOAD_MIN_BYTES_PER_S,
+                               trio.current_time() + UPLOAD_GRACE_S)
                 try:
-                    with trio.move_on_at(started + UPLOAD_GRACE_S + received / UPLOAD_MIN_BYTES_PER_S) as late:
+                    with trio.move_on_at(deadline) as late:
                         chunk: bytes | None = await body.__anext__()
                 except StopAsyncIteration:
                     chunk, ended = None, True
                 if late.cancelled_caught:
                     raise ApiError(f"the upload is too slow: under {UPLOAD_MIN_BYTES_PER_S // 1024} KiB/s after its "
-                                   f"first {UPLOAD_GRACE_S:g} s; send it again", status=408)
+                                   f"first {UPLOAD_GRACE_S:g} s, or {UPLOAD_GRACE_S:g} s without data; send it again",
+                                   status=408)
                 received += len(chunk or b"")
                 decoder.receive_data(chunk)
                 continue

@@ -372,3 +372,24 @@ async def test_an_upload_too_slow_to_be_real_is_ended_with_a_408_and_leaves_no_p
     assert answer["error"] == "Request Timeout" and "the upload is too slow: under 1 KiB/s" in answer["message"]
     assert blob_files(services) == []
     assert await services.db.read(lambda conn: conn.execute(sa.select(sa.func.count()).select_from(jobs)).scalar()) == 0
+
+
+async def test_an_upload_that_sent_much_then_stops_is_ended_after_the_grace_without_data(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The credit of a second a KiB is no licence to stop: 50 MiB sent at once bought 14 h
+    of silence. Nothing for the grace (60 s; here 0.2 s) ends an upload too."""
+    import trio
+
+    import daemon.jobs.upload as upload
+
+    monkeypatch.setattr(upload, "UPLOAD_GRACE_S", 0.2)
+    body, content_type = multipart([("type", "EXTRACTION"), ("schemaId", schema_id)],
+                                   [("file", "a.txt", b"x" * 200_000)])
+    async with client.request("/api/jobs", method="POST", headers={**alice, **content_type}) as connection:
+        await connection.send(body[:150_000])  # 146 s of credit at 1 KiB/s, then nothing
+        with trio.fail_after(3):
+            response = await connection.as_response()
+    assert response.status_code == 408
+    assert "0.2 s without data" in (await response.get_json())["message"]
+    assert blob_files(services) == []
