@@ -7,7 +7,6 @@ import datetime as dt
 import hashlib
 import json
 import logging
-import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -268,10 +267,14 @@ def _request_hash(**parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
+# A created resource's answer: its JSON, or for a replayed run a streamed one.
+Answer = tuple[dict[str, Any] | Response, int, dict[str, str]]
+
+
 async def _create_run_idempotently(
     request_hash: str, user_id: str, schema_id: str, items: list[NewJob], cleanup: Callable[[], Awaitable[None]],
     prepare: Callable[[], Awaitable[None]] | None = None,
-) -> tuple[dict[str, Any], int, dict[str, str]]:
+) -> Answer:
     """`_create_idempotently` for a batch run of `items` (uploads or remote sources; the
     list may be filled by `prepare`), answered with the run and its jobs."""
     return await _create_idempotently(
@@ -280,7 +283,7 @@ async def _create_run_idempotently(
         lambda conn: _created_run(
             conn, *repo.create_run(conn, user_id=user_id, schema_id=schema_id, items=items, now=utcnow())
         ),
-        lambda run_id: _run_body(run_id, with_jobs=True),
+        _run_replay,
         cleanup,
         prepare=prepare,
     )
@@ -290,10 +293,10 @@ async def _create_idempotently(
     resource_type: str,
     request_hash: str,
     create: Callable[[Connection], tuple[str, dict[str, Any]]],
-    render: Callable[[str], Awaitable[dict[str, Any]]],
+    render: Callable[[str], Awaitable[dict[str, Any] | Response]],
     cleanup: Callable[[], Awaitable[None]],
     prepare: Callable[[], Awaitable[None]] | None = None,
-) -> tuple[dict[str, Any], int, dict[str, str]]:
+) -> Answer:
     """Create once per Idempotency-Key (SPEC §6): a repeat of the same request replays the
     original (200, Idempotent-Replayed), a different request with the key is 409, and two
     concurrent requests with one key create one resource (the key's row is the arbiter).
@@ -313,7 +316,7 @@ async def _create_idempotently(
         # A user's sign-ins share the user's keys. Hashed to fit the column.
         key = f"apikey:{principal.api_key_id}:{hashlib.sha256(key.encode()).hexdigest()}"
 
-    async def replay() -> tuple[dict[str, Any], int, dict[str, str]] | None:
+    async def replay() -> Answer | None:
         assert key is not None
         seen = await db.read(repo.find_idempotency_key, user_id, key, utcnow())
         if seen is None:
@@ -393,22 +396,45 @@ def _if_match() -> str | None:
     return tag[1:-1]
 
 
-async def _run_body(run_id: str, *, with_jobs: bool = False) -> dict[str, Any]:
+async def _run_body(run_id: str) -> dict[str, Any]:
     user_id = current_principal().user_id
 
     def load(conn: Connection) -> dict[str, Any]:
         run = repo.get_run(conn, user_id, run_id)
         if run is None:
             raise NotFound("Job run not found")
-        body = run_json(run, repo.run_counts(conn, run_id))
-        if with_jobs:
-            # The replay of a run's creation: its jobs as created, whatever their results weigh.
-            rows = repo.list_jobs(conn, user_id, JobFilter(job_run_id=run_id), MAX_FILES_PER_RUN, None,
-                                  max_bytes=sys.maxsize).jobs
-            body["jobs"] = [job_json(row) for row in reversed(rows)]
-        return body
+        return run_json(run, repo.run_counts(conn, run_id))
 
     return await services().db.read(load)
+
+
+async def _run_replay(run_id: str) -> Response:
+    """A run and its jobs as they are now, for the replay of its creation, streamed a page
+    of jobs at a time: 40 jobs of large corrections made each replay 140 MB in memory."""
+    body = await _run_body(run_id)
+    user_id = current_principal().user_id
+    db = services().db
+
+    async def chunks() -> AsyncIterator[bytes]:
+        yield json.dumps({**body, "jobs": []})[:-2].encode()  # up to the jobs' "["
+        cursor, first = None, True
+        while True:
+            found = await db.read(repo.list_jobs, user_id, JobFilter(job_run_id=run_id), 100, cursor,
+                                  oldest_first=True)
+            if found.jobs:
+                encoded = await trio.to_thread.run_sync(_encoded_jobs, found.jobs)
+                yield (encoded if first else "," + encoded).encode()
+                first = False
+            if not found.more:
+                break
+            cursor = found.jobs[-1].id
+        yield b"]}"
+
+    return Response(chunks(), content_type="application/json")
+
+
+def _encoded_jobs(jobs: list[Job]) -> str:
+    return ",".join(json.dumps(job_json(job)) for job in jobs)
 
 
 def _created_job(job: Job) -> tuple[str, dict[str, Any]]:
@@ -423,7 +449,7 @@ async def _nothing() -> None:
     return None
 
 
-async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> tuple[dict[str, Any], int, dict[str, str]]:
+async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> Answer:
     """A PENDING job (`source`) or a run of PENDING jobs (`sources`); workers fetch the files."""
     schema_id = await _checked_schema(body.schemaId, body.type)
     user_id = current_principal().user_id
@@ -465,7 +491,7 @@ async def _create_from_sources(body: CreateJobJson | CreateRunJson) -> tuple[dic
 @document_response(JobOut, 201)
 @document_response(JobOut, 200)  # an Idempotency-Key replay
 @error_responses(409)
-async def create_job() -> tuple[dict[str, Any], int, dict[str, str]]:
+async def create_job() -> Answer:
     """Create an extraction job from a multipart upload (`file`, `type`, `schemaId`),
     or from JSON `{type, schemaId, source}` naming a file of an integration."""
     config = services().config
@@ -654,7 +680,7 @@ async def delete_job(job_id: str) -> Response:
 @document_response(RunCreatedOut, 201)
 @document_response(RunCreatedOut, 200)  # an Idempotency-Key replay
 @error_responses(409)
-async def create_run() -> tuple[dict[str, Any], int, dict[str, str]]:
+async def create_run() -> Answer:
     """Create a batch run from several uploaded `files` (multipart, with `type` and
     `schemaId`), or from JSON `{type, schemaId, sources: [...]}`. Emits job_run.created."""
     config = services().config

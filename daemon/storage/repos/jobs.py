@@ -208,10 +208,11 @@ class JobSlice:
 
 
 def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None,
-              max_bytes: int = PAGE_JSON_BYTES) -> JobSlice:
-    """The user's jobs matching `where`, newest first (the review queue oldest first), after
-    `cursor`: at most `limit`, and no more than fit `max_bytes` of stored JSON."""
-    oldest_first = where.review_below is not None
+              oldest_first: bool = False) -> JobSlice:
+    """The user's jobs matching `where`, newest first (the review queue, or with
+    `oldest_first`, oldest first), after `cursor`: at most `limit`, and no more than fit
+    `PAGE_JSON_BYTES` of stored JSON."""
+    oldest_first = oldest_first or where.review_below is not None
     order = jobs.c.id.asc() if oldest_first else jobs.c.id.desc()
     query = sa.select(jobs.c.id, _STORED_JSON).where(jobs.c.user_id == user_id).order_by(order).limit(limit + 1)
     if where.status:
@@ -242,7 +243,7 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
     total = 0
     for job_id, size in sized[:limit]:
         total += size
-        if chosen and total > max_bytes:
+        if chosen and total > PAGE_JSON_BYTES:
             break
         chosen.append(job_id)
     found = [Job.from_row(row) for row in conn.execute(sa.select(jobs).where(jobs.c.id.in_(chosen)).order_by(order))]
