@@ -12,7 +12,8 @@ returns None and the inboxes are swept on their interval alone.
 
 Events watched: a file finished writing (IN_CLOSE_WRITE), moved in (IN_MOVED_TO), or its
 times set afterwards (IN_ATTRIB: ``cp -p``, ``touch``). IN_CREATE is not: a file just
-created is still being written.
+created is still being written. Events about dot-files and sub-folders wake nothing:
+a sweep takes neither.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
 _IN_Q_OVERFLOW = 0x00004000  # events were lost (wd -1): every folder may have news
 _IN_IGNORED = 0x00008000  # the watch is gone (its folder deleted or moved away)
+_IN_ISDIR = 0x40000000  # the event is about a sub-folder
 _IN_ONLYDIR = 0x01000000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
@@ -95,9 +97,14 @@ class FolderWatch:
             offset = 0
             while offset + _EVENT.size <= len(data):
                 wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
+                name = data[offset + _EVENT.size : offset + _EVENT.size + length]
                 offset += _EVENT.size + length
                 if mask & _IN_Q_OVERFLOW:
                     woken |= self.watched()
+                    continue
+                if mask & _IN_ISDIR or name.startswith(b"."):
+                    # Nothing a sweep takes (sub-folders, dot-files: an editor's swap file,
+                    # a copy in progress): a loop touching one kept the sweeper busy.
                     continue
                 woken |= self._inboxes.get(wd, set())
                 if mask & _IN_IGNORED:

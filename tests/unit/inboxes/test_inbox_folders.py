@@ -154,6 +154,26 @@ async def test_inotify_names_the_inboxes_whose_folder_got_a_file(tmp_path: Path)
         watch.close()
 
 
+async def test_dot_files_and_sub_folders_wake_nothing(tmp_path: Path) -> None:
+    """A sweep takes neither: a loop touching a dot-file kept the sweeper listing the folder."""
+    watch = open_watch()
+    assert watch is not None
+    try:
+        assert watch.watch("inbox", str(tmp_path))
+        (tmp_path / ".swap").write_text("x")
+        os.utime(tmp_path / ".swap")
+        (tmp_path / "sub").mkdir()
+        os.utime(tmp_path / "sub")
+        with trio.move_on_after(0.3) as waited:
+            await watch.wait()
+        assert waited.cancelled_caught, "woken by a dot-file or a sub-folder"
+        os.replace(tmp_path / ".swap", tmp_path / "scan.txt")  # a copy finished under its name
+        with trio.fail_after(2):
+            assert await watch.wait() == {"inbox"}
+    finally:
+        watch.close()
+
+
 async def test_a_watched_folder_removed_is_forgotten_and_watched_again_once_made_again(tmp_path: Path) -> None:
     watch = open_watch()
     assert watch is not None
