@@ -9,7 +9,6 @@ and the file's hash) and may be kept by the browser; a repeat with If-None-Match
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 from collections.abc import AsyncIterator
@@ -38,6 +37,7 @@ from daemon.http.context import services
 from daemon.http.models import ApiModel, QueryInt
 from daemon.http.openapi import FileBytes, error_responses
 from daemon.jobs.records import Job
+from daemon.limiters import KeyedLimiter
 from daemon.storage.repos import jobs as repo
 
 blueprint = Blueprint("job_pages", __name__, url_prefix="/api")
@@ -53,19 +53,7 @@ _CACHE_CONTROL = "private, max-age=604800"
 # them render at once (one on two cores), so a flood of pictures leaves jobs a process; and a
 # user renders one picture at a time, so one user's flood leaves the others' pictures a turn.
 _RENDER_SLOTS = trio.CapacityLimiter(max(1, (os.cpu_count() or 1) // 2))
-_renders_by_user: dict[str, trio.CapacityLimiter] = {}
-
-
-@contextlib.asynccontextmanager
-async def _render_turn(user_id: str) -> AsyncIterator[None]:
-    mine = _renders_by_user.setdefault(user_id, trio.CapacityLimiter(1))
-    try:
-        async with mine, _RENDER_SLOTS:
-            yield
-    finally:
-        held = mine.statistics()
-        if held.borrowed_tokens == 0 and held.tasks_waiting == 0 and _renders_by_user.get(user_id) is mine:
-            del _renders_by_user[user_id]
+_renders_by_user = KeyedLimiter(1)
 
 
 class PageQuery(ApiModel):
@@ -145,7 +133,7 @@ async def get_page(job_id: str, number: int, query_args: PageQuery) -> Response:
         return await _stored(blob_key, mime, headers, services().config.extraction.max_image_pixels)
     config = services().config
     try:
-        async with _render_turn(job.user_id), services().blobs.open_local(blob_key) as path:
+        async with _renders_by_user.hold(job.user_id), _RENDER_SLOTS, services().blobs.open_local(blob_key) as path:
             picture = await in_worker(render_page, str(path), mime, number, query_args.width,
                                       parse_options(config), timeout_s=config.extraction.parse_timeout_s)
     except FileNotFoundError:

@@ -53,6 +53,7 @@ from daemon.integrations.s3 import S3Source
 from daemon.integrations.sources import open_source
 from daemon.jobs.models import ErrorCode
 from daemon.leasing import poll_interval
+from daemon.limiters import KeyedLimiter
 from daemon.services import Services
 from daemon.storage.blobs import BlobStoreError
 from daemon.storage.repos import inboxes as repo
@@ -120,7 +121,7 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
     skipped: set[str] = set()
     pass_ended = Wakeup()
     limiter = trio.CapacityLimiter(MAX_CONCURRENT_SWEEPS)
-    per_user: dict[str, trio.CapacityLimiter] = {}
+    per_user = KeyedLimiter(MAX_CONCURRENT_SWEEPS_PER_USER)
     # Files that landed while no process watched sent no notification: at the first listing,
     # every local folder is swept at once (a listing of a local folder is cheap; a remote one
     # waits for its interval).
@@ -128,14 +129,11 @@ async def _sweep_loop(services: Services, watch: FolderWatch | None, notified: s
     failures = 0  # listings failed in a row
 
     async def one_pass(inbox: Inbox, sweep: bool) -> None:
-        users = per_user.setdefault(inbox.user_id, trio.CapacityLimiter(MAX_CONCURRENT_SWEEPS_PER_USER))
         try:
             # The user's slot first: a user's passes waiting their turn hold none of everyone's.
-            async with users, limiter:
+            async with per_user.hold(inbox.user_id), limiter:
                 await _pass(services, inbox, sweep, settling)
         finally:
-            if not users.statistics().borrowed_tokens and not users.statistics().tasks_waiting:
-                per_user.pop(inbox.user_id, None)
             in_progress.discard(inbox.id)
             if sweep:
                 ended[inbox.id] = time.monotonic()

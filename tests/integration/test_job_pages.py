@@ -182,4 +182,4 @@ async def test_one_users_flood_of_pictures_neither_takes_every_parser_nor_delays
     assert most["all"] <= job_pages._RENDER_SLOTS.total_tokens
     # Bob's turn came after at most one of alice's per slot, not after all ten.
     assert finished.index(bob_job) <= 2 * job_pages._RENDER_SLOTS.total_tokens, finished
-    assert job_pages._renders_by_user == {}  # nobody's turn is kept once their pictures are done
+    assert len(job_pages._renders_by_user) == 0  # nobody's turn is kept once their pictures are done
