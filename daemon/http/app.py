@@ -64,7 +64,7 @@ def create_app(services: Services, *, ops_only: bool = False) -> QuartTrio:
     )
     QuartSchema(
         app,
-        openapi_path="/api/openapi.json",
+        openapi_path=docs.OPENAPI_PATH,
         swagger_ui_path=None,  # quart-schema's page loads Swagger UI from a CDN; ours is in daemon.http.docs
         redoc_ui_path=None,
         scalar_ui_path=None,

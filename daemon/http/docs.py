@@ -47,17 +47,18 @@ PAGE = """<!doctype html>
 </body>
 </html>
 """
+OPENAPI_PATH = "/api/openapi.json"
 # The page's one inline script, allowed by its hash (`POLICY`) and by nothing else.
-START = """
-    SwaggerUIBundle({
-      url: "/api/openapi.json",
+START = f"""
+    SwaggerUIBundle({{
+      url: "{OPENAPI_PATH}",
       dom_id: "#swagger-ui",
       deepLinking: true,
       layout: "BaseLayout",
       presets: [SwaggerUIBundle.presets.apis],
       // Swagger UI otherwise sends the document to validator.swagger.io for a badge.
       validatorUrl: null
-    });
+    }});
   """
 # The console's policy, but for what Swagger UI needs: its start script above, its inline
 # styles, the data: URLs of its icons. The page runs on the console's origin, where a
