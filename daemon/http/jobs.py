@@ -614,8 +614,9 @@ async def patch_result(job_id: str, data: PatchResultBody) -> tuple[dict[str, An
         if problems:
             raise BadRequest(problems)
         missing = check.missing
-    job = await services().db.run(repo.patch_result, user_id, job_id, data.result, missing, utcnow(), expected)
-    await _learn_from(job)
+    lesson = await _lesson_of(job, data.result)
+    job = await services().db.run(_confirmed, lesson, repo.patch_result, user_id, job_id, data.result, missing,
+                                  utcnow(), expected)
     return _versioned(job)
 
 
@@ -630,35 +631,61 @@ async def approve_job(job_id: str) -> tuple[dict[str, Any], int, dict[str, str]]
     expected = _if_match()
     principal = current_principal()
     owner = None if principal.role == Role.ADMIN else principal.user_id
-    job = await services().db.run(repo.approve_job, job_id, owner, principal.user_id, utcnow(), expected)
-    await _learn_from(job)
+    job = await services().db.read(repo.get_job, owner, job_id)
+    lesson = None if job is None or job.result is None else await _lesson_of(job, job.result)
+    job = await services().db.run(_confirmed, lesson, repo.approve_job, job_id, owner, principal.user_id, utcnow(),
+                                  expected)
     return _versioned(job)
 
 
-async def _learn_from(job: Job) -> None:
-    """Record what `job`'s confirmed result teaches, for its owner and schema (issue #16):
-    nothing when learning is off for it or it kept no reading (learning was off when it ran).
+@dataclasses.dataclass(frozen=True)
+class _Lesson:
+    """What confirming `result` teaches about its issuer (`learning.learn`), and the keys
+    that find it."""
 
-    The correction or approval is already saved: a failure to learn from it is logged, never
-    the caller's error (it would answer 500 for a change that took effect)."""
+    result: dict[str, Any]
+    fields: dict[str, Any]
+    keys: list[str]
+
+
+async def _lesson_of(job: Job, result: dict[str, Any]) -> _Lesson | None:
+    """What confirming `result` as `job`'s result teaches, for its owner and schema (issue
+    #16): None when learning is off for it or it kept no reading (learning was off when it
+    ran).
+
+    A failure to learn is logged, never the caller's error: the correction or approval
+    is saved all the same (it would answer 500 for a change that can take effect)."""
+    svc = services()
     try:
-        await _record_lessons(job)
+        schema = await svc.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
+        if schema is None or not learning_on(schema.definition, svc.config.learning.enabled):
+            return None
+        reading = await svc.db.read(learning_repo.job_reading, job.id)
+        if reading is None:
+            return None
+        keys = reading.get("keys") or []
+        if not isinstance(keys, list) or not all(isinstance(key, str) for key in keys):
+            raise TypeError("the reading's keys are not a list of strings")
+        fields = await trio.to_thread.run_sync(learning.learn, reading.get("lines") or [], result,
+                                               schema_of(schema.definition))
     except Exception:
         log.exception("could not learn from job %s", job.id, extra={"action": "learning.failed", "job_id": job.id})
+        return None
+    return _Lesson(result, fields, keys)
 
 
-async def _record_lessons(job: Job) -> None:
-    svc = services()
-    schema = await svc.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
-    if schema is None or job.result is None or not learning_on(schema.definition, svc.config.learning.enabled):
-        return
-    reading = await svc.db.read(learning_repo.job_reading, job.id)
-    if reading is None:
-        return
-    lessons = await trio.to_thread.run_sync(learning.learn, reading.get("lines") or [], job.result,
-                                            schema_of(schema.definition))
-    await svc.db.run(learning_repo.record_example, user_id=job.user_id, schema_id=job.schema_id, job_id=job.id,
-                     fields=lessons, keys=reading.get("keys") or [], now=utcnow(), version=job.updated_at)
+def _confirmed(conn: Connection, lesson: _Lesson | None, confirm: Callable[..., Job], *args: Any) -> Job:
+    """`confirm(conn, *args)` (a correction or an approval) and the example its `lesson`
+    records, in one transaction: a daemon stopped between two would keep a confirmed result
+    that taught nothing. Corrections of one job commit one after the other (its row is
+    locked), each with its own lesson, so the example is always the last result's. An
+    approval whose job was corrected since its lesson was learned records nothing: the
+    correction recorded the lesson of the result it approves."""
+    job = confirm(conn, *args)
+    if lesson is not None and job.result == lesson.result:
+        learning_repo.record_example(conn, user_id=job.user_id, schema_id=job.schema_id, job_id=job.id,
+                                     fields=lesson.fields, keys=lesson.keys, now=utcnow())
+    return job
 
 
 @blueprint.delete("/jobs/<job_id>")

@@ -14,7 +14,7 @@ from jobs_helpers import completed_job, create_schema, error_of, register
 
 from daemon.config import LearningConfig
 from daemon.services import Services
-from daemon.storage.tables import learned_keys
+from daemon.storage.tables import learned_examples, learned_keys
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -185,3 +185,43 @@ async def test_a_correction_is_saved_even_when_nothing_can_be_learned_from_it(
     r = await client.get(f"/api/jobs/{first['id']}", headers=alice)
     assert (await r.get_json())["result"]["receipt_number"] == "4711-A"
     assert await examples(client, alice, schema_id) == []
+
+
+async def test_a_confirmed_result_and_its_lesson_are_saved_together(
+        client: Any, services: Services, alice: dict[str, str], monkeypatch: Any) -> None:
+    """A daemon that fails (or stops) between saving a correction or an approval and recording
+    what it teaches keeps neither: no result is confirmed that taught nothing, and the request
+    sent again teaches."""
+    from daemon.storage.repos import learning as learning_repo
+
+    schema_id = await create_schema(client, alice, SCHEMA, name="Receipt")
+    first = await extracted(client, services, alice, schema_id, receipt(MUELLER, "4711-A", "7.70"))
+    record_example = learning_repo.record_example
+
+    def disk_full(conn: Any, **_: Any) -> str:
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(learning_repo, "record_example", disk_full)
+    corrected_result = {**first["result"], "receipt_number": "4711-A"}
+    r = await client.patch(f"/api/jobs/{first['id']}/result", json={"result": corrected_result}, headers=alice)
+    await error_of(r, 500)
+    r = await client.get(f"/api/jobs/{first['id']}", headers=alice)
+    assert (await r.get_json())["result"] == first["result"]  # the correction did not stay half-saved
+    assert await examples(client, alice, schema_id) == []
+
+    monkeypatch.setattr(learning_repo, "record_example", record_example)
+    await corrected(client, alice, first, receipt_number="4711-A")
+    [example] = await examples(client, alice, schema_id)
+    assert example["fields"]["/receipt_number"]["value"] == "4711-A"
+
+    # An approval likewise: it stands only with its lesson.
+    await services.db.run(lambda conn: conn.execute(sa.delete(learned_examples)))
+    monkeypatch.setattr(learning_repo, "record_example", disk_full)
+    await error_of(await client.post(f"/api/jobs/{first['id']}/approve", headers=alice), 500)
+    r = await client.get(f"/api/jobs/{first['id']}", headers=alice)
+    assert (await r.get_json())["reviewedAt"] is None
+    monkeypatch.setattr(learning_repo, "record_example", record_example)
+    r = await client.post(f"/api/jobs/{first['id']}/approve", headers=alice)
+    assert r.status_code == 200, await r.get_json()
+    [example] = await examples(client, alice, schema_id)
+    assert example["fields"]["/receipt_number"]["value"] == "4711-A"

@@ -149,8 +149,10 @@ def create_job(
     return job
 
 
-def get_job(conn: Connection, user_id: str, job_id: str) -> Job | None:
-    row = conn.execute(sa.select(jobs).where(jobs.c.id == job_id, jobs.c.user_id == user_id)).first()
+def get_job(conn: Connection, user_id: str | None, job_id: str) -> Job | None:
+    """Job `job_id` if it is `user_id`'s; `user_id` None: any user's (an ADMIN's request)."""
+    query = sa.select(jobs).where(jobs.c.id == job_id)
+    row = conn.execute(query if user_id is None else query.where(jobs.c.user_id == user_id)).first()
     return None if row is None else Job.from_row(row)
 
 

@@ -15,7 +15,6 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from daemon.storage.database import lock_rows
 from daemon.storage.ids import new_id
 from daemon.storage.tables import jobs, learned_examples, learned_keys
 
@@ -31,19 +30,10 @@ def job_reading(conn: Connection, job_id: str) -> dict[str, Any] | None:
 
 
 def record_example(conn: Connection, *, user_id: str, schema_id: str, job_id: str, fields: dict[str, Any],
-                   keys: Sequence[str], now: dt.datetime, version: dt.datetime | None = None) -> str | None:
+                   keys: Sequence[str], now: dt.datetime) -> str:
     """Store what job `job_id`'s confirmed result taught, replacing what an earlier
-    confirmation of the job taught; returns the example's id.
-
-    With `version` (the job's `updated_at` when its result was read), nothing is stored
-    (None) if the job changed since: corrections sent at once are learned from after
-    their commits, and the example must be the last result's, not the last learner's. The
-    job's row is locked meanwhile, so a later correction waits to be learned after this.
-    """
-    if version is not None:
-        current = conn.execute(lock_rows(conn, sa.select(jobs.c.updated_at).where(jobs.c.id == job_id))).scalar()
-        if current != version:
-            return None
+    confirmation of the job taught; returns the example's id. Called in the transaction
+    that confirms the result."""
     conn.execute(learned_examples.delete().where(learned_examples.c.job_id == job_id,
                                                  learned_examples.c.user_id == user_id))
     example_id = new_id()
