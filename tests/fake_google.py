@@ -53,6 +53,9 @@ class DriveFile:
                                "version": str(self.version)}
         if not self.mime_type.startswith("application/vnd.google-apps."):
             out["size"] = str(len(self.content))
+            # Drive's names a revision of the content (not the file's other changes); Google
+            # formats have none.
+            out["headRevisionId"] = "0B" + hashlib.sha256(self.content).hexdigest()[:24]
         return out
 
 

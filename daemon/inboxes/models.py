@@ -81,7 +81,8 @@ def inbox_json(inbox: Inbox) -> dict[str, Any]:
 
 def identity(*parts: object) -> str:
     """A file's identity as stored: the sha256 of its parts (local: path, size, mtime;
-    S3: key, ETag; Drive: file id, version). A file changed in place is a new file."""
+    S3: key, ETag; Drive: file id, head revision or version). A file changed in place is a
+    new file."""
     return hashlib.sha256("\0".join(str(part) for part in parts).encode()).hexdigest()
 
 
@@ -95,6 +96,8 @@ class Candidate:
     size: int | None = None
     local_path: str | None = None
     source: dict[str, Any] | None = None
+    # Its identity as earlier releases made it, where that differs (`RemoteEntry.former_version`).
+    formerly: str | None = None
 
 
 def untaken(found: list[Candidate], taken: set[str]) -> list[Candidate]:

@@ -363,8 +363,15 @@ async def _settle_quietly(services: Services, inbox: Inbox) -> None:
 
 
 async def _fresh(services: Services, inbox: Inbox, candidates: list[Candidate]) -> list[Candidate]:
-    taken = await services.db.read(repo.taken_identities, inbox.id, [c.identity for c in candidates])
-    return untaken(candidates, taken)
+    known = [c.identity for c in candidates] + [c.formerly for c in candidates if c.formerly]
+    taken = await services.db.read(repo.taken_identities, inbox.id, known)
+    # A file an earlier release took under its former identity is taken, and keeps its new
+    # identity from now on: a later change of its former one (a Drive file renamed) is none.
+    adopted = [(c.formerly, c.identity) for c in candidates
+               if c.formerly in taken and c.identity not in taken and c.formerly is not None]
+    if adopted:
+        await services.db.run(repo.adopt_identities, inbox.id, adopted)
+    return untaken(candidates, taken | {new for _, new in adopted})
 
 
 async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Found], float | None, str | None]:
@@ -392,7 +399,9 @@ async def _remote_found(services: Services, inbox: Inbox) -> tuple[list[repo.Fou
                                 f"(inboxes.list_timeout): the endpoint answers too slowly or not at all")
     candidates = [
         Candidate(identity=identity(inbox.kind, _ref_key(entry.ref), entry.version or ""), name=entry.name,
-                  size=entry.size, source=entry.ref.source(row.id))
+                  size=entry.size, source=entry.ref.source(row.id),
+                  formerly=None if entry.former_version is None else identity(inbox.kind, _ref_key(entry.ref),
+                                                                              entry.former_version))
         for entry in entries[:MAX_LISTED]
     ]
     fresh = await _fresh(services, inbox, candidates)

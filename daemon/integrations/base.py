@@ -85,9 +85,13 @@ class RemoteEntry:
     ref: FileRef
     name: str
     size: int | None
-    # What changes when the file does (S3: the ETag; Drive: the file's version), for inboxes
-    # that take each version of a file once.
+    # What changes when the file's content does (S3: the ETag; Drive: its head revision, or
+    # for a Google format, whose content has no revision, its version), for inboxes that take
+    # each version of a file once.
     version: str | None = None
+    # What earlier releases took as `version` where it differs (Drive's version of a file
+    # with a head revision), so that a file they took is not taken again.
+    former_version: str | None = None
 
 
 @dataclass

@@ -59,7 +59,9 @@ CHUNK_BYTES = 256 * 1024
 MAX_JSON_BYTES = 8 * 1024 * 1024
 # Smaller answers parse in well under a millisecond per 10 KB: not worth a thread.
 _PARSE_ON_LOOP_BYTES = 256 * 1024
-_FILE_FIELDS = "id,name,mimeType,size,trashed,version"
+# `headRevisionId` changes with a file's content only; `version` with every change (a rename,
+# a share), and is all a Google format has.
+_FILE_FIELDS = "id,name,mimeType,size,trashed,version,headRevisionId"
 _RATE_LIMITED = frozenset({"rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED", "quotaExceeded",
                            "dailyLimitExceeded", "backendError", "sharingRateLimitExceeded"})
 _NO_SCOPE = frozenset({"insufficientPermissions", "ACCESS_TOKEN_SCOPE_INSUFFICIENT", "insufficientScopes"})
@@ -297,8 +299,10 @@ class DriveSource:
                 mime = str(item.get("mimeType", ""))
                 if mime.startswith("application/vnd.google-apps.") and mime not in EXPORTS:
                     continue
-                found.append(RemoteEntry(FileRef(file_id=str(item["id"])), str(item.get("name", "")),
-                                         _size(item), version=str(item["version"]) if item.get("version") else None))
+                version = str(item["version"]) if item.get("version") else None
+                revision = str(item["headRevisionId"]) if item.get("headRevisionId") else None
+                found.append(RemoteEntry(FileRef(file_id=str(item["id"])), str(item.get("name", "")), _size(item),
+                                         version=revision or version, former_version=version if revision else None))
                 if len(found) > limit:
                     break  # enough to tell there are more than `limit`; the rest need not be read
             token = page.get("nextPageToken")

@@ -33,7 +33,9 @@ from jobs_helpers import (
     wait_for_run,
 )
 
+from daemon.clock import utcnow
 from daemon.config import Config
+from daemon.inboxes.models import InboxKind, identity
 from daemon.inboxes.sweeper import run_inboxes
 from daemon.services import Services, open_services
 from daemon.storage.tables import inbox_items, job_runs, jobs, users
@@ -400,8 +402,10 @@ async def test_fifty_files_of_a_drive_folder_become_fifty_jobs_once(
         rows = await job_rows(services)
         assert sorted(row.source["fileId"] for row in rows) == sorted(f.id for f in files)
         assert {row.status for row in rows} == {"PENDING"}
-        # A new version of a file is a new file; the others are not taken again.
+        # A new version of a file is a new file; the others are not taken again, nor one
+        # renamed (Drive counts that a change of the file too, not of its content).
         files[3].content, files[3].version = INVOICE_TXT + b"Note: v2\n", 2
+        files[4].name, files[4].version = "004 (renamed).txt", 2
         for paused in (True, False):
             await client.patch(f"/api/inboxes/{inbox['id']}", json={"paused": paused}, headers=alice)
         async with sweeping(services):
@@ -409,6 +413,35 @@ async def test_fifty_files_of_a_drive_folder_become_fifty_jobs_once(
             await trio.sleep(0.3)
         assert len(await job_rows(services)) == 51
         assert [row.source["fileId"] for row in rows].count(files[3].id) == 2
+
+
+async def test_drive_files_taken_under_their_former_identity_are_not_taken_again(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services) -> None:
+    """Files an earlier release took (named by Drive's version, which a rename moves) are not
+    taken again after an upgrade, nor when renamed after it."""
+    async with open_fake_google() as google:
+        with_google(services, google.url)
+        folder_id = google.add_folder("Scans")
+        files = [google.add_file(f"Scans/{i}.txt", INVOICE_TXT + f"No {i}\n".encode()) for i in range(3)]
+        integration = await connect_drive(client, alice, google)
+        inbox = await create_inbox(client, alice, kind="google-drive", schemaId=schema_id, folderId=folder_id,
+                                   integrationId=integration["id"])
+        # As an earlier release recorded the first two, before this one swept.
+        await services.db.run(lambda conn: conn.execute(inbox_items.insert(), [
+            {"inbox_id": inbox["id"], "identity": identity(InboxKind.GOOGLE_DRIVE, f.id, str(f.version)),
+             "name": f.name, "taken_at": utcnow(), "settled_at": utcnow()} for f in files[:2]]))
+        async with sweeping(services):
+            rows = await wait_for_jobs(services, 1)
+            await trio.sleep(0.5)
+        assert [row.source["fileId"] for row in rows] == [files[2].id]
+        files[0].name, files[0].version = "0 (renamed).txt", 2
+        files[1].content, files[1].version = INVOICE_TXT + b"No 1, v2\n", 2
+        for paused in (True, False):
+            await client.patch(f"/api/inboxes/{inbox['id']}", json={"paused": paused}, headers=alice)
+        async with sweeping(services):
+            rows = await wait_for_jobs(services, 2)
+            await trio.sleep(0.5)
+        assert sorted(row.source["fileId"] for row in await job_rows(services)) == sorted([files[1].id, files[2].id])
 
 
 async def test_a_denied_s3_listing_is_reported_on_the_inbox_and_its_integration_takes_it_along(

@@ -112,6 +112,16 @@ def taken_identities(conn: Connection, inbox_id: str, identities: list[str]) -> 
     return taken
 
 
+def adopt_identities(conn: Connection, inbox_id: str, pairs: list[tuple[str, str]]) -> None:
+    """Give each file the inbox took under the first identity of a pair the second too, with
+    its job, error and times."""
+    for former, new in pairs:
+        row = conn.execute(sa.select(inbox_items).where(
+            inbox_items.c.inbox_id == inbox_id, inbox_items.c.identity == former)).mappings().first()
+        if row is not None:
+            _insert_identity(conn, {**row, "identity": new})
+
+
 @dataclass(frozen=True)
 class Found:
     """A file a sweep wants to take: made into `job`, or refused with `error` (no job)."""
