@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import ipaddress
 import time
-from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar
 
 from quart import current_app, request
 from quart_trio.wrappers.response import TrioResponse as Response
@@ -37,6 +37,15 @@ def client_ip() -> str:
 
 def no_content() -> Response:
     return Response(status=204)
+
+
+def streamed(body: AsyncIterator[bytes], **kwargs: Any) -> Response:
+    """A response whose `body` is sent as it is made, for as long as the client takes to read
+    it: Quart cuts a body still sending after its RESPONSE_TIMEOUT (60 s), with the 200 already
+    sent, and the client got a truncated file, export or replay as if it were whole."""
+    response = Response(body, **kwargs)
+    response.timeout = None
+    return response
 
 
 async def enforce_limit(name: str, subject: str) -> None:

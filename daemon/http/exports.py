@@ -27,7 +27,7 @@ from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.auth.guard import current_principal
 from daemon.errors import BadRequest, NotFound
-from daemon.http.context import services
+from daemon.http.context import services, streamed
 from daemon.http.jobs import JobQuery
 from daemon.http.models import ApiModel
 from daemon.http.openapi import FileBytes, error_responses
@@ -75,9 +75,9 @@ async def _jobs(state: Services, user_id: str, where: JobFilter) -> AsyncIterato
         found = await state.db.read(jobs_repo.list_jobs, user_id, where, PAGE_SIZE, cursor)
         for job in found.jobs:
             yield job_json(job)
-        if not found.more:
+        if found.after is None:
             return
-        cursor = found.jobs[-1].id
+        cursor = found.after
 
 
 async def _rendered(jobs: AsyncIterator[dict[str, Any]],
@@ -233,10 +233,9 @@ async def _export(user_id: str, where: JobFilter, schema_id: str | None, options
     jobs = _jobs(state, user_id, where)
     body = (_jsonl(jobs) if options.format == "jsonl" else _csv(jobs, shape) if options.format == "csv"
             else _xlsx(jobs, shape, options.items))
-    response = Response(body, content_type=CONTENT_TYPES[options.format])
+    response = streamed(body, content_type=CONTENT_TYPES[options.format])
     response.headers["Content-Disposition"] = f'attachment; filename="{name}.{options.format}"'
     response.headers["Cache-Control"] = "no-store"
-    response.timeout = None  # a large export takes as long as it takes; the client's reading paces it
     return response
 
 

@@ -33,7 +33,7 @@ from daemon.extraction.pages import (
     stored_picture_refusal,
 )
 from daemon.extraction.pipeline import in_worker, parse_options
-from daemon.http.context import services
+from daemon.http.context import services, streamed
 from daemon.http.models import ApiModel, QueryInt
 from daemon.http.openapi import FileBytes, error_responses
 from daemon.jobs.records import Job
@@ -168,7 +168,7 @@ async def _stored(blob_key: str, mime: str, headers: dict[str, str], max_image_p
         async for chunk in chunks:
             yield chunk
 
-    return Response(stream(), content_type=mime, headers=headers)
+    return streamed(stream(), content_type=mime, headers=headers)
 
 
 def _etag(job: Job, number: int, width: int | None) -> str:

@@ -25,7 +25,7 @@ from daemon.clock import utcnow
 from daemon.errors import BadRequest, Conflict, NotFound
 from daemon.extraction import learning
 from daemon.extraction.pipeline import schema_of
-from daemon.http.context import no_content, services
+from daemon.http.context import no_content, services, streamed
 from daemon.http.models import ApiModel, IsoDateTime
 from daemon.http.openapi import FileBytes, NoContent, error_responses, request_bodies
 from daemon.http.pagination import PageQuery, encoded, page, page_of
@@ -425,12 +425,12 @@ async def _run_replay(run_id: str) -> Response:
                 encoded = await trio.to_thread.run_sync(_encoded_jobs, found.jobs)
                 yield (encoded if first else "," + encoded).encode()
                 first = False
-            if not found.more:
+            if found.after is None:
                 break
-            cursor = found.jobs[-1].id
+            cursor = found.after
         yield b"]}"
 
-    return Response(chunks(), content_type="application/json")
+    return streamed(chunks(), content_type="application/json")
 
 
 def _encoded_jobs(jobs: list[Job]) -> str:
@@ -529,7 +529,7 @@ async def list_jobs(query_args: JobQuery) -> Response:
     found = await services().db.read(
         repo.list_jobs, current_principal().user_id, query_args.filter(), query_args.limit, query_args.cursor
     )
-    return await encoded(page_of(found.jobs, found.more, job_json))
+    return await encoded(page_of(found.jobs, found.after, job_json))
 
 
 @blueprint.get("/jobs/<job_id>")
@@ -560,7 +560,7 @@ async def get_job_file(job_id: str) -> Response:
     # break, which a header cannot carry (werkzeug refuses it: a 500 on every download).
     ascii_name = "".join(ch for ch in name.encode("ascii", "replace").decode()
                          if ch.isprintable() and ch not in '"\\')
-    response = Response(stream(), content_type=job.mime_type or "application/octet-stream")
+    response = streamed(stream(), content_type=job.mime_type or "application/octet-stream")
     response.headers["Content-Disposition"] = (
         f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{urllib.parse.quote(name, safe='')}"
     )
@@ -763,7 +763,7 @@ async def list_run_jobs(run_id: str, query_args: JobQuery) -> Response:
         raise NotFound("Job run not found")
     where = dataclasses.replace(query_args.filter(), job_run_id=run_id)
     found = await services().db.read(repo.list_jobs, user_id, where, query_args.limit, query_args.cursor)
-    return await encoded(page_of(found.jobs, found.more, job_json))
+    return await encoded(page_of(found.jobs, found.after, job_json))
 
 
 @blueprint.post("/job-runs/<run_id>/cancel")

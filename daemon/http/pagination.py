@@ -45,13 +45,13 @@ def encode_cursor(last_id: str) -> str:
 
 def page(rows: Sequence[Any], limit: int, render: Callable[[Any], Any], key: str = "id") -> dict[str, Any]:
     """Render `rows` (fetched with ``LIMIT limit + 1``) as one page."""
-    return page_of(rows[:limit], len(rows) > limit, render, key)
+    shown = rows[:limit]
+    return page_of(shown, getattr(shown[-1], key) if len(rows) > limit and shown else None, render)
 
 
-def page_of(shown: Sequence[Any], more: bool, render: Callable[[Any], Any], key: str = "id") -> dict[str, Any]:
-    """Render `shown` as one page, with a cursor past its last row if `more` follow."""
-    last = getattr(shown[-1], key) if shown else None
-    return {"data": [render(r) for r in shown], "nextCursor": encode_cursor(last) if more and last else None}
+def page_of(shown: Sequence[Any], after: str | None, render: Callable[[Any], Any]) -> dict[str, Any]:
+    """Render `shown` as one page, with a cursor to the rows after the key `after` (None: no more)."""
+    return {"data": [render(r) for r in shown], "nextCursor": encode_cursor(after) if after else None}
 
 
 async def encoded(body: dict[str, Any]) -> Response:

@@ -178,3 +178,101 @@ async def test_the_replay_of_a_run_with_huge_results_streams_every_job_in_order(
     # Every job once, in the order they were created, as they are now.
     assert [job["id"] for job in again["jobs"]] == [job["id"] for job in first["jobs"]]
     assert all(job["status"] == "COMPLETED" and job["result"] == result for job in again["jobs"])
+
+
+async def test_a_job_missing_from_its_page_when_read_ends_no_walk(client: Any, services: Services) -> None:
+    """A page's jobs are chosen by one query (their sizes) and read by a second: under
+    PostgreSQL's READ COMMITTED a job deleted between the two is not read. The page then came
+    back empty with no nextCursor, and a client walking the list stopped with jobs left."""
+    from sqlalchemy import event
+
+    auth = await register(client)
+    schema_id = await create_schema(client, auth)
+    run_id = await completed_run(client, services, auth, schema_id, [{"invoiceNumber": "A-1"}] * 3)
+    r = await client.get(f"/api/job-runs/{run_id}/jobs?limit=3", headers=auth)
+    newest, middle, oldest = [job["id"] for job in (await r.get_json())["data"]]
+
+    def deleted_meanwhile(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any,
+                          executemany: bool) -> tuple[str, Any]:
+        # The second query of a page, as if `middle` had been deleted since the first chose it.
+        if "stored_json" not in statement and "FROM jobs WHERE jobs.id IN" in " ".join(statement.split()):
+            if isinstance(parameters, dict):
+                parameters = {k: ("gone" if v == middle else v) for k, v in parameters.items()}
+            else:
+                parameters = type(parameters)("gone" if v == middle else v for v in parameters)
+        return statement, parameters
+
+    event.listen(services.db.engine, "before_cursor_execute", deleted_meanwhile, retval=True)
+    try:
+        seen, pages, cursor = [], [], None
+        while True:
+            r = await client.get("/api/jobs?limit=1" + (f"&cursor={cursor}" if cursor else ""), headers=auth)
+            body = await r.get_json()
+            assert r.status_code == 200, body
+            pages.append([job["id"] for job in body["data"]])
+            seen += pages[-1]
+            cursor = body["nextCursor"]
+            if cursor is None:
+                break
+    finally:
+        event.remove(services.db.engine, "before_cursor_execute", deleted_meanwhile)
+    assert pages == [[newest], [], [oldest]]  # the walk goes on past the page that lost its job
+    assert seen == [newest, oldest]
+
+
+async def test_created_after_the_last_millisecond_of_the_calendar_lists_nothing(
+        client: Any, services: Services) -> None:
+    """"After" a shown time is from its next millisecond, which after 9999-12-31T23:59:59.999
+    is past what a date can hold: a 500 for the lists, and an export that answered 200 and
+    then dropped the connection."""
+    auth = await register(client)
+    schema_id = await create_schema(client, auth)
+    run_id = await completed_run(client, services, auth, schema_id, [{"invoiceNumber": "A-1"}])
+    end = "createdAfter=9999-12-31T23:59:59.999Z"
+    for path in (f"/api/jobs?{end}", f"/api/jobs?{end}&review=pending", f"/api/job-runs/{run_id}/jobs?{end}"):
+        r = await client.get(path, headers=auth)
+        assert r.status_code == 200, await r.get_data()
+        assert await r.get_json() == {"data": [], "nextCursor": None}
+    r = await client.get(f"/api/jobs/export?format=jsonl&{end}", headers=auth)
+    assert r.status_code == 200 and await r.get_data() == b""
+    r = await client.get("/api/jobs?createdAfter=9999-12-31T23:59:59.998Z", headers=auth)
+    assert (await r.get_json())["data"] == []
+
+
+async def test_a_download_or_export_slower_than_the_response_timeout_arrives_whole(
+        app: Any, client: Any, services: Services, monkeypatch: Any) -> None:
+    """Quart stops sending a body after its RESPONSE_TIMEOUT (60 s), the 200 already sent: a
+    client reading slowly got part of a file, an export or a run's replay as if it were whole.
+    (The timeout is made short here, and the daemon's reading slow.)"""
+    import trio
+    from jobs_helpers import create_job
+
+    app.config["RESPONSE_TIMEOUT"] = 0.3
+    auth = await register(client)
+    schema_id = await create_schema(client, auth)
+    run_id = await completed_run(client, services, auth, schema_id, [{"invoiceNumber": "A-1"}] * 3)
+    data = b"Invoice Number: INV-42\n" * 60_000  # 1.4 MB: six chunks of the blob store
+    job = await create_job(client, auth, schema_id, data, "big.txt")
+    read_blob, read_db = services.blobs.read, services.db.read
+
+    async def slow_blob(key: str) -> Any:
+        async for chunk in read_blob(key):
+            await trio.sleep(0.1)
+            yield chunk
+
+    async def slow_db(*args: Any, **kwargs: Any) -> Any:
+        await trio.sleep(0.2)
+        return await read_db(*args, **kwargs)
+
+    monkeypatch.setattr(services.blobs, "read", slow_blob)
+    # (A body cut short never ends for the test client: it would wait for the rest for ever.)
+    with trio.fail_after(10):
+        r = await client.get(f"/api/jobs/{job['id']}/file", headers=auth)
+        assert r.status_code == 200 and await r.get_data() == data
+    monkeypatch.setattr(services.db, "read", slow_db)
+    monkeypatch.setattr("daemon.storage.repos.jobs.PAGE_JSON_BYTES", 1)  # a page a job: a read each
+    with trio.fail_after(10):
+        r = await client.get(f"/api/job-runs/{run_id}/export?format=jsonl", headers=auth)
+        assert r.status_code == 200
+        lines = (await r.get_data()).splitlines()
+    assert [json.loads(line)["result"] for line in lines] == [{"invoiceNumber": "A-1"}] * 3

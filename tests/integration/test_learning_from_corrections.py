@@ -225,3 +225,23 @@ async def test_a_confirmed_result_and_its_lesson_are_saved_together(
     assert r.status_code == 200, await r.get_json()
     [example] = await examples(client, alice, schema_id)
     assert example["fields"]["/receipt_number"]["value"] == "4711-A"
+
+
+async def test_a_correction_made_while_learning_is_off_forgets_what_the_job_taught(
+        client: Any, services: Services, alice: dict[str, str]) -> None:
+    """One example per job, of its last confirmed result: a correction that teaches nothing
+    (learning off) took the job's earlier example along; it stayed, and once learning was on
+    again the issuer's next receipt was read with values the job no longer has."""
+    schema_id = await create_schema(client, alice, SCHEMA, name="Receipt")
+    first = await extracted(client, services, alice, schema_id, receipt(MUELLER, "4711-A", "7.70"))
+    await corrected(client, alice, first, receipt_number="4711-A", total=10.0)  # a slip
+    assert [e["jobId"] for e in await examples(client, alice, schema_id)] == [first["id"]]
+
+    services.config = dataclasses.replace(services.config, learning=LearningConfig(enabled=False))
+    await corrected(client, alice, first, receipt_number="4711-A", total=7.7)  # put right
+    assert await examples(client, alice, schema_id) == []
+
+    services.config = dataclasses.replace(services.config, learning=LearningConfig(enabled=True))
+    second = await extracted(client, services, alice, schema_id, receipt(MUELLER, "5823-B", "17.50"))
+    assert second["result"]["total"] == 17.5
+    assert not any("learnedFrom" in e for e in second["resultMeta"]["fields"].values())

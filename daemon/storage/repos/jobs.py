@@ -54,6 +54,7 @@ from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
 from daemon.storage.database import Wake, as_utc, lock_rows, stamped_after, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
+from daemon.storage.repos.learning import forget_job
 from daemon.storage.tables import UNREVIEWED, deliveries, events, idempotency_keys, job_runs, jobs
 from daemon.webhooks.models import DUE_STATUSES
 
@@ -205,8 +206,8 @@ _STORED_JSON = (_RESULT + _ORIGINAL + _META).label("stored_json")
 
 @dataclass(frozen=True)
 class JobSlice:
-    jobs: list[Job]  # at most the limit asked for
-    more: bool  # further jobs match: a next page starts after the last of these
+    jobs: list[Job]  # at most the limit asked for (fewer where some were deleted as they were read)
+    after: str | None  # where the next page starts, when more jobs match: the last id this one chose
 
 
 def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None,
@@ -228,8 +229,11 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
         # created in [T, T + 1 ms), and "after T" read from a shown T must leave it out
         # (a client polling with the newest createdAt it saw got that job again every time).
         after = where.created_after
-        query = query.where(jobs.c.created_at >= after + dt.timedelta(milliseconds=1)
-                            if after.microsecond % 1000 == 0 else jobs.c.created_at > after)
+        try:
+            query = query.where(jobs.c.created_at >= after + dt.timedelta(milliseconds=1)
+                                if after.microsecond % 1000 == 0 else jobs.c.created_at > after)
+        except OverflowError:  # its last millisecond of the year 9999: no job is created after it
+            query = query.where(sa.false())
     if where.created_before:
         query = query.where(jobs.c.created_at < where.created_before)
     if where.complete is not None:
@@ -248,8 +252,10 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
         if chosen and total > PAGE_JSON_BYTES:
             break
         chosen.append(job_id)
+    # (Under PostgreSQL's READ COMMITTED a job chosen may be deleted before this reads it: the
+    # next page still starts after the last chosen, not at the last found, or at none.)
     found = [Job.from_row(row) for row in conn.execute(sa.select(jobs).where(jobs.c.id.in_(chosen)).order_by(order))]
-    return JobSlice(found, more=len(sized) > len(chosen))
+    return JobSlice(found, after=chosen[-1] if len(sized) > len(chosen) else None)
 
 
 def _update(conn: Connection, job_id: str, now: dt.datetime, **values: Any) -> Job:
@@ -327,6 +333,9 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
     job = _update(conn, job_id, now, result=result, original_result=original, result_meta=meta,
                   result_complete=meta["complete"], reviewed_at=None, reviewed_by=None,
                   min_confidence=least_confidence(meta.get("fields") or {}, result, original))
+    # What the job's result taught is no longer confirmed: its caller records what the new
+    # one teaches, if anything (learning off, or no reading kept: nothing).
+    forget_job(conn, job.user_id, job_id)
     _event(conn, "job.updated", job, now, with_result=True)
     return job
 

@@ -29,13 +29,18 @@ def job_reading(conn: Connection, job_id: str) -> dict[str, Any] | None:
     return reading if isinstance(reading, dict) else None
 
 
+def forget_job(conn: Connection, user_id: str, job_id: str) -> None:
+    """Delete what job `job_id`'s confirmed result taught (its keys go with it)."""
+    conn.execute(learned_examples.delete().where(learned_examples.c.job_id == job_id,
+                                                 learned_examples.c.user_id == user_id))
+
+
 def record_example(conn: Connection, *, user_id: str, schema_id: str, job_id: str, fields: dict[str, Any],
                    keys: Sequence[str], now: dt.datetime) -> str:
     """Store what job `job_id`'s confirmed result taught, replacing what an earlier
     confirmation of the job taught; returns the example's id. Called in the transaction
     that confirms the result."""
-    conn.execute(learned_examples.delete().where(learned_examples.c.job_id == job_id,
-                                                 learned_examples.c.user_id == user_id))
+    forget_job(conn, user_id, job_id)
     example_id = new_id()
     conn.execute(learned_examples.insert().values(id=example_id, user_id=user_id, schema_id=schema_id,
                                                   job_id=job_id, fields=fields, keys=list(keys), created_at=now))
