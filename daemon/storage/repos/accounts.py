@@ -152,6 +152,10 @@ def rotate_session(conn: Connection, *, refresh_hash: str, new_refresh_hash: str
     reuse is committed before the caller answers 401.
     """
     query = sa.select(sessions).where(sessions.c.refresh_hash == refresh_hash)
+    found = conn.execute(query).first()
+    if found is None:
+        return Rotation(RotateOutcome.INVALID)
+    _lock_user(conn, found.user_id)
     # Two refreshes with one token: one wins, one is reuse.
     old = conn.execute(lock_rows(conn, query)).first()
     if old is None:
@@ -203,9 +207,18 @@ def revoke_session_by_refresh(conn: Connection, refresh_hash: str, now: dt.datet
     return LogoutOutcome.LOGGED_OUT
 
 
+def _lock_user(conn: Connection, user_id: str) -> None:
+    """Lock the user's row before a change to the user's sessions (PostgreSQL). A refresh
+    makes a session that the UPDATE of a logout-all running at the same moment did not see
+    (its snapshot was older): that session outlived the logout's 204. Both now lock the user
+    first, so one waits for the other and then sees what it did."""
+    conn.execute(lock_rows(conn, sa.select(users.c.id).where(users.c.id == user_id)))
+
+
 def revoke_user_sessions(conn: Connection, user_id: str, now: dt.datetime, reason: str = "logout_all",
                          keep: str | None = None) -> None:
     """End every session of the user, but `keep` (the session making the request)."""
+    _lock_user(conn, user_id)
     query = sessions.update().where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None))
     if keep is not None:
         query = query.where(sessions.c.id != keep)

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Row
 from daemon.errors import BadRequest
 from daemon.storage.database import lock_rows, stamped_after
 from daemon.storage.ids import new_id
-from daemon.storage.repos.webhooks import unknown_endpoint_ids
+from daemon.storage.repos.webhooks import serialize_bindings, unknown_endpoint_ids
 from daemon.storage.tables import schemas
 
 # Columns a PATCH may change.
@@ -78,6 +78,8 @@ def update_schema(conn: Connection, user_id: str, schema_id: str, changes: dict[
         BadRequest: a webhook endpoint id is not the caller's (`check_endpoint_ids`).
     """
     assert changes.keys() <= UPDATABLE, changes.keys() - UPDATABLE
+    if "webhook_endpoint_ids" in changes:
+        serialize_bindings(conn, user_id)
     live = (schemas.c.id == schema_id, schemas.c.user_id == user_id, schemas.c.deleted_at.is_(None))
     # Locked, so that of two changes at once the one written last is stamped last.
     current = conn.execute(lock_rows(conn, sa.select(schemas.c.updated_at).where(*live))).first()

@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from daemon.errors import Conflict, InvalidTransition, Missing
-from daemon.storage.database import Wake, as_utc, lock_rows, wake_after_commit
+from daemon.storage.database import Wake, as_utc, lock_rows, serialize, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import insert_delivery, record_event
 from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, users, webhook_endpoints
@@ -173,6 +173,7 @@ def delete_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> None:
     Raises:
         Missing: no such endpoint of `user_id`.
     """
+    serialize_bindings(conn, user_id)
     owned_endpoint(conn, user_id, endpoint_id, lock=True)
     bound = conn.execute(sa.select(schemas.c.id, schemas.c.webhook_endpoint_ids).where(schemas.c.user_id == user_id))
     for schema_id, ids in list(bound):
@@ -180,6 +181,15 @@ def delete_endpoint(conn: Connection, user_id: str, endpoint_id: str) -> None:
             conn.execute(schemas.update().where(schemas.c.id == schema_id)
                          .values(webhook_endpoint_ids=[i for i in ids if i != endpoint_id]))
     conn.execute(webhook_endpoints.delete().where(webhook_endpoints.c.id == endpoint_id))
+
+
+def serialize_bindings(conn: Connection, user_id: str) -> None:
+    """One change at a time to which endpoints `user_id`'s schemas are bound: deleting an
+    endpoint rewrites each schema's list from what it read, and two such rewrites at once (two
+    endpoints deleted, or one deleted while a schema is bound anew) each wrote the list
+    without the other's change, leaving a schema bound to a deleted endpoint (its events then
+    went to none) or unbinding what a PATCH had just bound. Taken first in its transaction."""
+    serialize(conn, f"docex.bindings.{user_id}")
 
 
 def unknown_endpoint_ids(conn: Connection, user_id: str, ids: Sequence[str]) -> list[int]:
