@@ -361,6 +361,11 @@ def delete_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) ->
     job = _to_change(conn, job_id, user_id)
     transitions.check_delete(job)
     conn.execute(jobs.delete().where(jobs.c.id == job_id))
+    # Locked first: a replay of one of them that commits meanwhile is then seen below (the
+    # DELETE would re-check only the event's own row after waiting for it, and its new
+    # delivery went with it).
+    conn.execute(lock_rows(conn, sa.select(events.c.id).where(events.c.job_id == job_id,
+                                                              events.c.user_id == job.user_id)))
     # Its events go too (each carries the job, its result: a job corrected 50 times kept
     # 195 MB of them), with their delivery history; not one a webhook has still to deliver.
     undelivered = sa.exists().where(deliveries.c.event_id == events.c.id, deliveries.c.status.in_(DUE_STATUSES))

@@ -234,6 +234,8 @@ def replay(conn: Connection, user_id: str, delivery_id: str, now: dt.datetime) -
     """
     original = owned_delivery(conn, user_id, delivery_id)
     owned_endpoint(conn, user_id, original.endpoint_id, lock=True)
+    if not _kept_events(conn, [original.event_id]):
+        raise Missing("Webhook delivery not found")  # its job was deleted meanwhile, and it with its event
     new = insert_delivery(conn, endpoint_id=original.endpoint_id, event_id=original.event_id,
                           event_type=original.event_type, now=now)
     return Delivery.from_row(conn.execute(sa.select(deliveries).where(deliveries.c.id == new)).one())
@@ -262,12 +264,23 @@ def recover(conn: Connection, user_id: str, endpoint_id: str, since: dt.datetime
         .order_by(deliveries.c.created_at, deliveries.c.id)
         .limit(limit + 1)
     ).all()
+    kept = _kept_events(conn, [row.event_id for row in dead[:limit]])
     new_ids = [insert_delivery(conn, endpoint_id=endpoint_id, event_id=row.event_id, event_type=row.event_type,
-                               now=now) for row in dead[:limit]]
+                               now=now) for row in dead[:limit] if row.event_id in kept]
     if not new_ids:
         return [], len(dead) > limit
     rows = conn.execute(sa.select(deliveries).where(deliveries.c.id.in_(new_ids)).order_by(deliveries.c.id))
     return [Delivery.from_row(row) for row in rows], len(dead) > limit
+
+
+def _kept_events(conn: Connection, event_ids: list[str]) -> set[str]:
+    """Which of `event_ids` still exist, kept from being deleted until the transaction ends. A
+    job deleted meanwhile takes its delivered events along (`jobs.delete_job`): a new delivery
+    of one then failed its foreign key (a 500), or was deleted with it after its 202."""
+    if not event_ids:
+        return set()
+    query = sa.select(events.c.id).where(events.c.id.in_(event_ids)).order_by(events.c.id)
+    return set(conn.execute(lock_rows(conn, query, key_share=True)).scalars())
 
 
 # --- deliveries: reading -------------------------------------------------------------------
