@@ -14,6 +14,8 @@ one of the caller's integrations of that provider.
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -24,7 +26,7 @@ from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
-from daemon.errors import BadRequest, Conflict, Forbidden
+from daemon.errors import BadRequest, Forbidden
 from daemon.http.context import no_content, services
 from daemon.http.models import ApiModel
 from daemon.http.openapi import NoContent, error_responses
@@ -88,9 +90,9 @@ class InboxPage(ApiModel):
     nextCursor: str | None
 
 
-async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After]:
-    """(integration id, where, after) of a valid request; 400 naming every problem, 403 for
-    a USER's local folder."""
+async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After, Path | None]:
+    """(integration id, where, after, the local folder resolved) of a valid request; 400
+    naming every problem, 403 for a USER's local folder."""
     principal = current_principal()
     problems: list[str] = []
     schema_ok = looks_like_id(body.schemaId) and await services().db.read(
@@ -113,11 +115,7 @@ async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After]:
             problems.append(str(exc))
         if problems:
             raise BadRequest(problems)
-        paths = await services().db.read(repo.local_inbox_paths)
-        if await trio.to_thread.run_sync(watched_elsewhere, root, folder, list(paths.values())):
-            raise Conflict("An inbox already watches this folder, or moves its files into it (done/, failed/): "
-                           "one inbox a folder, or each file would become a job once per inbox")
-        return None, one_spelling(body.path or ""), body.after or After.MOVE
+        return None, one_spelling(body.path or ""), body.after or After.MOVE, folder
     if body.after == After.MOVE:
         problems.append("after: move applies to local folders only (remote files are left in place)")
     if body.kind == InboxKind.GOOGLE_DRIVE and body.folderId is None:
@@ -134,7 +132,7 @@ async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After]:
     if problems:
         raise BadRequest(problems)
     where = body.prefix or "" if body.kind == InboxKind.S3 else body.folderId or ""
-    return body.integrationId, where.lstrip("/") if body.kind == InboxKind.S3 else where, After.KEEP
+    return body.integrationId, where.lstrip("/") if body.kind == InboxKind.S3 else where, After.KEEP, None
 
 
 @blueprint.post("")
@@ -143,10 +141,12 @@ async def _checked(body: CreateInboxBody) -> tuple[str | None, str, After]:
 @error_responses(403, 409)
 async def create_inbox(data: CreateInboxBody) -> tuple[dict[str, Any], int]:
     """Watch a folder: each new file becomes a job, one batch run per sweep (inbox.swept)."""
-    integration_id, where, after = await _checked(data)
+    integration_id, where, after, folder = await _checked(data)
+    root = services().config.inboxes.local_root
+    clashes = None if folder is None else functools.partial(watched_elsewhere, root, folder)
     inbox = await services().db.run(
         repo.create_inbox, user_id=current_principal().user_id, schema_id=data.schemaId, kind=data.kind,
-        integration_id=integration_id, path=where, after=after, now=utcnow())
+        integration_id=integration_id, path=where, after=after, now=utcnow(), clashes=clashes)
     services().inboxes_changed.set()
     return inbox_json(inbox), 201
 

@@ -321,10 +321,17 @@ async def _create_idempotently(
         seen = await db.read(repo.find_idempotency_key, user_id, key, utcnow())
         if seen is None:
             return None
-        await cleanup()
         if seen.request_hash != request_hash or seen.resource_type != resource_type:
+            await cleanup()
             raise Conflict("Idempotency-Key was already used with a different request")
-        return await render(seen.resource_id), 200, {"Idempotent-Replayed": "true"}
+        try:
+            answer = await render(seen.resource_id)
+        except NotFound:
+            # Its job was deleted since the key was read, and the key went with it
+            # (`delete_job`): the key is free, and this request creates (the upload kept).
+            return None
+        await cleanup()
+        return answer, 200, {"Idempotent-Replayed": "true"}
 
     if key is not None and (replayed := await replay()) is not None:
         return replayed
@@ -348,17 +355,21 @@ async def _create_idempotently(
             )
         return resource_id, body
 
-    try:
-        _, body = await db.run(unit)
-    except IntegrityError:
-        if key is not None and (replayed := await replay()) is not None:
-            return replayed  # a concurrent request with the key won; replay() cleaned up
-        await _cleanup_after_failure(cleanup)
-        raise
-    except BaseException:
-        await _cleanup_after_failure(cleanup)
-        raise
-    return body, 201, {}
+    for attempt in range(2):
+        try:
+            _, body = await db.run(unit)
+        except IntegrityError:
+            if key is not None and (replayed := await replay()) is not None:
+                return replayed  # a concurrent request with the key won; replay() cleaned up
+            if key is not None and attempt == 0:
+                continue  # the winner's job was deleted before its replay, with the key: free again
+            await _cleanup_after_failure(cleanup)
+            raise
+        except BaseException:
+            await _cleanup_after_failure(cleanup)
+            raise
+        return body, 201, {}
+    raise AssertionError("unreachable: the second attempt returns or raises")
 
 
 async def _cleanup_after_failure(cleanup: Callable[[], Awaitable[None]]) -> None:

@@ -26,6 +26,7 @@ from jobs_helpers import (
     with_jobs_config,
 )
 
+from daemon.http import jobs as jobs_http
 from daemon.storage.tables import idempotency_keys
 
 OTHER_TXT = b"Invoice Number: INV-43\nTotal: 99.00\n"
@@ -138,6 +139,32 @@ async def test_many_concurrent_requests_with_one_key_create_one_job(
             nursery.start_soon(send)
     assert sorted(statuses) == [200, 200, 200, 200, 201] and len(ids) == 1, (statuses, ids)
     assert await count_jobs(services) == 1 and len(blob_files(services)) == 1
+
+
+async def test_a_repeat_whose_job_is_deleted_while_it_is_answered_creates_the_job_again(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
+    """The repeat reads the key, then the job (and its key) is deleted, then the repeat renders
+    it. Before: 404 for a POST, and the repeat's upload deleted."""
+    first = await (await post_job(client, alice, schema_id, headers=key())).get_json()
+    render = jobs_http._job_body
+
+    async def deleted_first(job_id: str) -> dict[str, Any]:
+        if job_id == first["id"]:
+            r = await client.delete(f"/api/jobs/{job_id}", headers=alice)
+            assert r.status_code == 204
+        return await render(job_id)
+
+    monkeypatch.setattr(jobs_http, "_job_body", deleted_first)
+    r = await post_job(client, alice, schema_id, headers=key())
+    again = await r.get_json()
+    assert r.status_code == 201, again
+    assert "Idempotent-Replayed" not in r.headers and again["id"] != first["id"]
+    assert await count_jobs(services) == 1 and len(blob_files(services)) == 1  # the repeat's file is kept
+    r = await client.get(f"/api/jobs/{again['id']}/file", headers=alice)
+    assert r.status_code == 200 and await r.get_data() == INVOICE_TXT
+    monkeypatch.undo()
+    r = await post_job(client, alice, schema_id, headers=key())
+    assert r.status_code == 200 and (await r.get_json())["id"] == again["id"]
 
 
 async def test_an_expired_key_can_be_used_again(client: Any, services: Any, alice: dict[str, str],

@@ -30,14 +30,17 @@ from jobs_helpers import (
     register,
     running,
     running_workers,
+    user_id_of,
     wait_for_run,
 )
 
 from daemon.clock import utcnow
 from daemon.config import Config
-from daemon.inboxes.models import InboxKind, identity
+from daemon.errors import BadRequest
+from daemon.inboxes.models import After, InboxKind, identity
 from daemon.inboxes.sweeper import run_inboxes
 from daemon.services import Services, open_services
+from daemon.storage.repos import inboxes as inboxes_repo
 from daemon.storage.tables import inbox_items, job_runs, jobs, users
 
 INBOX_KEYS = {"id", "kind", "schemaId", "integrationId", "path", "prefix", "folderId", "after", "paused",
@@ -211,6 +214,20 @@ async def test_a_remote_inbox_names_one_of_the_callers_integrations_of_its_kind(
     r = await client.post("/api/inboxes", json={"kind": "s3", "schemaId": await create_schema(client, bob),
                                                 "prefix": "", "integrationId": integration["id"]}, headers=bob)
     assert await bad_request(r) == ["integrationId must be the id of one of your integrations"]
+
+
+async def test_an_inbox_whose_integration_is_deleted_before_it_is_inserted_is_a_400(
+        client: Any, alice: dict[str, str], schema_id: str, services: Services, s3_server: Any) -> None:
+    """The request was checked while the integration was there; the insert comes after its
+    delete. Before: the foreign key failed the insert, a 500."""
+    integration = await create_s3(client, alice, s3_server, s3_server.new_bucket())
+    user_id = await user_id_of(client, alice)
+    assert (await client.delete(f"/api/integrations/{integration['id']}", headers=alice)).status_code == 204
+    with pytest.raises(BadRequest) as refused:
+        await services.db.run(inboxes_repo.create_inbox, user_id=user_id, schema_id=schema_id, kind=InboxKind.S3,
+                              integration_id=integration["id"], path="in/", after=After.KEEP, now=utcnow())
+    assert refused.value.message == ["integrationId must be the id of one of your integrations"]
+    assert (await (await client.get("/api/inboxes", headers=alice)).get_json())["data"] == []
 
 
 # --- sweeping a local folder ------------------------------------------------------------------
@@ -513,6 +530,24 @@ async def test_a_folder_already_watched_is_409_whoever_asks(
     r = await client.post("/api/inboxes", json={"kind": "local", "schemaId": bobs_schema, "path": spelling},
                           headers=bob)
     assert r.status_code == 409, await r.get_json()
+
+
+async def test_one_folder_asked_for_by_many_at_once_gets_one_inbox(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str) -> None:
+    """Before: each request checked the folder before any of them had inserted, and all got 201."""
+    statuses: list[int] = []
+
+    async def ask() -> None:
+        r = await client.post("/api/inboxes", json={"kind": "local", "schemaId": schema_id, "path": "scans"},
+                              headers=alice)
+        statuses.append(r.status_code)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(8):
+            nursery.start_soon(ask)
+    assert sorted(statuses) == [201] + [409] * 7, statuses
+    listed = await (await client.get("/api/inboxes", headers=alice)).get_json()
+    assert len(listed["data"]) == 1
 
 
 async def test_a_folder_made_anothers_by_a_symlink_since_takes_nothing(

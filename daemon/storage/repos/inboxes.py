@@ -11,6 +11,7 @@ took is skipped by the database itself, never by a check that could race.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,22 +19,38 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 
-from daemon.errors import Missing
+from daemon.errors import BadRequest, Conflict, Missing
 from daemon.inboxes.models import After, Candidate, Inbox, InboxKind, inbox_json
 from daemon.jobs.models import JobStatus
-from daemon.storage.database import lock_rows
+from daemon.storage.database import lock_rows, serialize
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
 from daemon.storage.repos.accounts import Role
 from daemon.storage.repos.jobs import MAX_FILE_NAME, NewJob, create_run
-from daemon.storage.tables import inbox_items, inboxes, jobs, schemas, users
+from daemon.storage.tables import inbox_items, inboxes, integrations, jobs, schemas, users
 
 # Identities per IN (...) query: well under SQLite's 32,766 bound parameters.
 _CHUNK = 500
 
 
 def create_inbox(conn: Connection, *, user_id: str, schema_id: str, kind: InboxKind, integration_id: str | None,
-                 path: str, after: After, now: dt.datetime) -> Inbox:
+                 path: str, after: After, now: dt.datetime,
+                 clashes: Callable[[list[str]], bool] | None = None) -> Inbox:
+    """The new inbox. Raises BadRequest if its integration is gone (deleted since the request
+    was checked), and Conflict if `clashes` says the paths of the local inboxes already there
+    clash with this one: both are checked here, under locks, so that creates at once cannot
+    all pass a check made before any of them inserted."""
+    if integration_id is not None:
+        # Kept until commit (the foreign key would otherwise fail the insert: a 500).
+        kept = conn.execute(lock_rows(conn, sa.select(integrations.c.id).where(
+            integrations.c.id == integration_id, integrations.c.user_id == user_id), key_share=True)).first()
+        if kept is None:
+            raise BadRequest(["integrationId must be the id of one of your integrations"])
+    if clashes is not None:
+        serialize(conn, "docex.local-inboxes")
+        if clashes(list(local_inbox_paths(conn).values())):
+            raise Conflict("An inbox already watches this folder, or moves its files into it (done/, failed/): "
+                           "one inbox a folder, or each file would become a job once per inbox")
     inbox_id = new_id()
     conn.execute(inboxes.insert().values(
         id=inbox_id, user_id=user_id, schema_id=schema_id, kind=kind, integration_id=integration_id, path=path,
