@@ -155,7 +155,7 @@ def rotate_session(conn: Connection, *, refresh_hash: str, new_refresh_hash: str
     found = conn.execute(query).first()
     if found is None:
         return Rotation(RotateOutcome.INVALID)
-    _lock_user(conn, found.user_id)
+    lock_user(conn, found.user_id)
     # Two refreshes with one token: one wins, one is reuse.
     old = conn.execute(lock_rows(conn, query)).first()
     if old is None:
@@ -207,18 +207,19 @@ def revoke_session_by_refresh(conn: Connection, refresh_hash: str, now: dt.datet
     return LogoutOutcome.LOGGED_OUT
 
 
-def _lock_user(conn: Connection, user_id: str) -> None:
-    """Lock the user's row before a change to the user's sessions (PostgreSQL). A refresh
-    makes a session that the UPDATE of a logout-all running at the same moment did not see
-    (its snapshot was older): that session outlived the logout's 204. Both now lock the user
-    first, so one waits for the other and then sees what it did."""
+def lock_user(conn: Connection, user_id: str) -> None:
+    """Lock the user's row (PostgreSQL) before a change that depends on what the user holds:
+    two creations of an API key or an endpoint at once could both pass its count, and a
+    refresh made a session that the UPDATE of a logout-all running at the same moment did
+    not see (its snapshot was older), so the session outlived the logout's 204. Each now
+    waits for the other and then sees what it did."""
     conn.execute(lock_rows(conn, sa.select(users.c.id).where(users.c.id == user_id)))
 
 
 def revoke_user_sessions(conn: Connection, user_id: str, now: dt.datetime, reason: str = "logout_all",
                          keep: str | None = None) -> None:
     """End every session of the user, but `keep` (the session making the request)."""
-    _lock_user(conn, user_id)
+    lock_user(conn, user_id)
     query = sessions.update().where(sessions.c.user_id == user_id, sessions.c.revoked_at.is_(None))
     if keep is not None:
         query = query.where(sessions.c.id != keep)
@@ -281,8 +282,7 @@ def create_api_key(conn: Connection, *, user_id: str, name: str, role: Role, pre
                    key_hash: str, expires_at: dt.datetime | None, now: dt.datetime,
                    max_active: int) -> Row[Any]:
     """Raises Conflict when the user already holds `max_active` active keys."""
-    # Lock the owner so two concurrent creations cannot both pass the count.
-    conn.execute(lock_rows(conn, sa.select(users.c.id).where(users.c.id == user_id)))
+    lock_user(conn, user_id)
     active = conn.execute(sa.select(sa.func.count()).select_from(api_keys)
                           .where(api_keys.c.user_id == user_id, _active_key(now))).scalar_one()
     if active >= max_active:

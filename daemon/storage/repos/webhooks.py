@@ -31,7 +31,8 @@ from daemon.errors import Conflict, InvalidTransition, Missing
 from daemon.storage.database import Wake, as_utc, lock_rows, serialize, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import insert_delivery, record_event
-from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, users, webhook_endpoints
+from daemon.storage.repos.accounts import lock_user
+from daemon.storage.tables import deliveries, delivery_attempts, events, schemas, webhook_endpoints
 from daemon.webhooks.models import DUE_STATUSES, DeliveryStatus
 from daemon.webhooks.records import ClaimedDelivery, Delivery, DeliveryAttempt, WebhookEndpoint
 
@@ -64,8 +65,7 @@ def create_endpoint(
         Conflict: the user already has `max_endpoints` (each event of theirs is one delivery
             per endpoint: without a bound, one job's events were thousands of sends).
     """
-    # Lock the owner so two concurrent creations cannot both pass the count.
-    conn.execute(lock_rows(conn, sa.select(users.c.id).where(users.c.id == user_id)))
+    lock_user(conn, user_id)
     held = conn.execute(sa.select(sa.func.count()).select_from(webhook_endpoints)
                         .where(webhook_endpoints.c.user_id == user_id)).scalar_one()
     if held >= max_endpoints:
