@@ -657,14 +657,14 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
     """The learned constant best printed in this header (coverage at least `MIN_COVERAGE`;
     of equals the closest example's), with how many examples taught that same value.
 
-    None, so that what this document prints stands, when the generic rules read
-    - the constant's letters and words with other marks ("MR. D.I.Y." for a learned
-      "MR D.I.Y."): an issuer's printers and its documents' readers differ in the marks of
-      a name, not in its letters, which are what a correction mends (OCR's misreads, lost
-      spaces);
-    - or the constant and more besides (`generic` holds all of it and a fifth again): this
-      document prints a longer name or address than the one learned (another branch's
-      "(KUCHAI)")."""
+    Where the generic rules read the constant's letters and words with other marks ("MR.
+    D.I.Y." for a learned "MR D.I.Y."), their value, as this document prints it, confirmed
+    by the examples: an issuer's printers and its documents' readers differ in the marks of
+    a name, not in its letters, which are what a correction mends (OCR's misreads, lost
+    spaces). None, so that what this document prints stands unconfirmed, where they read
+    the constant and more besides (`generic` holds all of it and a fifth again): this
+    document prints a longer name or address than the one learned (another branch's
+    "(KUCHAI)")."""
     best: tuple[float, Any, str] | None = None
     shares: dict[str, float] = {}  # an issuer's examples mostly teach the same constant: compare it once
     for match, lesson in taught:
@@ -676,8 +676,11 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
     if best is None:
         return None
     share, value, source = best
-    if isinstance(generic, str) and (_skeleton(generic) == _skeleton(str(value)) or _prints_more(generic, str(value))):
-        return None
+    if isinstance(generic, str):
+        if _skeleton(generic) == _skeleton(str(value)):
+            value = generic
+        elif _prints_more(generic, str(value)):
+            return None
     agreeing = sum(1 for _, lesson in taught if lesson.get("constant")
                    and normalised(str(lesson["value"])) == normalised(str(value)))
     return value, source, agreeing, min(1.0, share), None

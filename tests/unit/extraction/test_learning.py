@@ -161,7 +161,19 @@ def test_a_constant_printed_with_other_marks_is_read_as_printed() -> None:
         result, fields = apply(receipt(head, "5823-B", "12.30"), schema, [Match("ex1", lessons, 3, 1)],
                                {"shop": read}, {})
         assert result == {"shop": taken}, read
-        assert ("learnedFrom" in fields.get("/shop", {})) == (taken != read)
+        # Either way the examples confirmed it: a person need not review it again.
+        assert fields["/shop"]["learnedFrom"] == "ex1" and fields["/shop"]["confidence"] == 0.9, read
+
+
+def test_a_constant_the_rules_read_as_printed_is_confirmed_with_the_examples_confidence() -> None:
+    lessons = {"/shop": {"value": "KAFFEEHAUS MUELLER GMBH", "constant": True, "spots": []}}
+    schema = {"type": "object", "properties": {"shop": {"type": "string"}}}
+    rules = {"/shop": {"confidence": 0.6, "page": 1, "bbox": [0.05, 0.0, 0.6, 0.04], "text": MUELLER[0]}}
+    result, fields = apply(receipt(MUELLER, "5823-B", "12.30"), schema, [Match("ex1", lessons, 3, 1)],
+                           {"shop": "KAFFEEHAUS MUELLER GMBH"}, rules)
+    assert result == {"shop": "KAFFEEHAUS MUELLER GMBH"}
+    assert fields["/shop"] == {"confidence": 0.9, "learnedFrom": "ex1", "learnedExamples": 1, "page": 1,
+                               "bbox": [0.05, 0.0, 0.6, 0.04], "text": MUELLER[0]}
 
 
 def test_a_lone_label_on_a_line_unlike_the_learned_one_does_not_beat_the_rules() -> None:
