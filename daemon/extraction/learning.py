@@ -203,8 +203,9 @@ def fingerprint(reading: Sequence[ReadingLine]) -> list[str]:
 
 def matches(candidates: Sequence[Match]) -> list[Match]:
     """The candidates that are the same issuer, closest (most keys shared) first, at most
-    `MAX_EXAMPLES`; the caller gives them newest first, which breaks ties."""
-    same = [m for m in candidates if m.shared >= MIN_SHARED or m.shared_numbers >= 1]
+    `MAX_EXAMPLES`; the caller gives them newest first, which breaks ties. An example that
+    teaches nothing (an older daemon stored them) takes no place."""
+    same = [m for m in candidates if m.fields and (m.shared >= MIN_SHARED or m.shared_numbers >= 1)]
     return sorted(same, key=lambda m: -m.shared)[:MAX_EXAMPLES]
 
 

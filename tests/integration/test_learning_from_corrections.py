@@ -187,6 +187,24 @@ async def test_a_correction_is_saved_even_when_nothing_can_be_learned_from_it(
     assert await examples(client, alice, schema_id) == []
 
 
+async def test_corrections_that_teach_nothing_keep_no_example_and_crowd_out_none(
+        client: Any, services: Services, alice: dict[str, str]) -> None:
+    """Before: each was kept with no values, and five of them took every place a lookup reads
+    from the issuer's one useful example."""
+    schema_id = await create_schema(client, alice, SCHEMA, name="Receipt")
+    first = await extracted(client, services, alice, schema_id, receipt(MUELLER, "4711-A", "7.70"))
+    await corrected(client, alice, first, receipt_number="4711-A")
+    for n in range(5):
+        job = await extracted(client, services, alice, schema_id, receipt(MUELLER, f"{n}00-X", "7.70"))
+        # Values printed nowhere on the receipt: nothing says where to read them next time.
+        await corrected(client, alice, job, shop="NOWHERE LTD", receipt_number="ZZZ-999", total=999.99)
+    assert [e["jobId"] for e in await examples(client, alice, schema_id)] == [first["id"]]
+
+    later = await extracted(client, services, alice, schema_id, receipt(MUELLER, "5823-B", "12.30"))
+    assert later["result"]["receipt_number"] == "5823-B"
+    assert "learnedFrom" in later["resultMeta"]["fields"]["/receipt_number"]
+
+
 async def test_a_confirmed_result_and_its_lesson_are_saved_together(
         client: Any, services: Services, alice: dict[str, str], monkeypatch: Any) -> None:
     """A daemon that fails (or stops) between saving a correction or an approval and recording

@@ -36,17 +36,20 @@ def forget_job(conn: Connection, user_id: str, job_id: str) -> None:
 
 
 def record_example(conn: Connection, *, user_id: str, schema_id: str, job_id: str, fields: dict[str, Any],
-                   keys: Sequence[str], now: dt.datetime) -> str:
+                   keys: Sequence[str], now: dt.datetime) -> str | None:
     """Store what job `job_id`'s confirmed result taught, replacing what an earlier
-    confirmation of the job taught; returns the example's id. Called in the transaction
-    that confirms the result."""
+    confirmation of the job taught; returns the example's id, or None when it taught
+    nothing (no value, or no key to find it by): an empty example took one of the few
+    places a lookup reads (`MAX_EXAMPLES`) from the issuer's useful ones. Called in the
+    transaction that confirms the result."""
     forget_job(conn, user_id, job_id)
+    if not fields or not keys:
+        return None
     example_id = new_id()
     conn.execute(learned_examples.insert().values(id=example_id, user_id=user_id, schema_id=schema_id,
                                                   job_id=job_id, fields=fields, keys=list(keys), created_at=now))
-    if keys:
-        conn.execute(learned_keys.insert(), [{"example_id": example_id, "user_id": user_id, "schema_id": schema_id,
-                                              "key": key} for key in sorted(set(keys))])
+    conn.execute(learned_keys.insert(), [{"example_id": example_id, "user_id": user_id, "schema_id": schema_id,
+                                          "key": key} for key in sorted(set(keys))])
     return example_id
 
 

@@ -48,10 +48,12 @@ def test_one_issuer_keeps_its_fingerprint_across_sales_and_another_issuer_shares
 
 
 def test_a_match_needs_two_keys_or_one_number() -> None:
-    one_line = Match("a", {}, 1, 0)
-    two_lines = Match("b", {}, 2, 0)
-    one_number = Match("c", {}, 1, 1)
-    assert [m.example_id for m in matches([one_line, two_lines, one_number])] == ["b", "c"]
+    taught = {"/total": {"value": 7.7, "constant": False, "spots": []}}
+    one_line = Match("a", taught, 1, 0)
+    two_lines = Match("b", taught, 2, 0)
+    one_number = Match("c", taught, 1, 1)
+    teaches_nothing = Match("d", {}, 3, 1)  # stored by an older daemon
+    assert [m.example_id for m in matches([one_line, two_lines, one_number, teaches_nothing])] == ["b", "c"]
 
 
 def test_what_a_correction_teaches() -> None:
