@@ -7,6 +7,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import re
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -396,15 +397,20 @@ def _versioned(job: Job) -> tuple[dict[str, Any], int, dict[str, str]]:
     return job_json(job), 200, {"ETag": f'"{version_of(job)}"'}
 
 
-def _if_match() -> str | None:
-    """The version named by the request's If-Match (None: none, or `*`, any)."""
-    tag = request.headers.get("If-Match", "").strip()
-    if not tag or tag == "*":
+def _if_match() -> frozenset[str] | None:
+    """The versions named by the request's If-Match, a list of tags (RFC 9110 §13.1.1: it
+    holds when any of them is the job's; None: none, or `*`, any)."""
+    header = ", ".join(request.headers.getlist("If-Match")).strip()
+    if not header or header == "*":
         return None
-    tag = tag.removeprefix("W/")
-    if len(tag) < 2 or not (tag.startswith('"') and tag.endswith('"')):
-        raise BadRequest(['If-Match must be an ETag of the job (a quoted string, as GET /api/jobs/:id sends)'])
-    return tag[1:-1]
+    tags = [_ENTITY_TAG.fullmatch(part) for part in header.split(",")]
+    if not all(tags):
+        raise BadRequest(['If-Match must be ETags of the job (quoted strings, as GET /api/jobs/:id sends)'])
+    return frozenset(tag.group(1) for tag in tags if tag is not None)
+
+
+# An entity tag, weak or strong, with the spaces around it in a list.
+_ENTITY_TAG = re.compile(r'\s*(?:W/)?"([^"]*)"\s*')
 
 
 async def _run_body(run_id: str) -> dict[str, Any]:

@@ -65,4 +65,21 @@ async def test_an_if_match_that_is_no_etag_is_400(client: Any, services: Service
     job = await completed_job(client, services, alice, schema_id)
     r = await client.post(f"/api/jobs/{job['id']}/approve", headers={**alice, "If-Match": job["updatedAt"]})
     body = await error_of(r, 400)
-    assert body["message"] == ["If-Match must be an ETag of the job (a quoted string, as GET /api/jobs/:id sends)"]
+    assert body["message"] == ["If-Match must be ETags of the job (quoted strings, as GET /api/jobs/:id sends)"]
+    r = await client.post(f"/api/jobs/{job['id']}/approve", headers={**alice, "If-Match": '"x", y'})
+    await error_of(r, 400)
+
+
+async def test_an_if_match_list_holds_when_any_of_its_tags_is_the_jobs(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str) -> None:
+    """RFC 9110 §13.1.1. Before: any list was 412, "changed since you read it", even one
+    naming the job's version."""
+    job = await completed_job(client, services, alice, schema_id)
+    path = f"/api/jobs/{job['id']}/result"
+    body = {"result": {"invoice_number": "X", "total": 3}}
+    _, tag = await read(client, alice, job["id"])
+    for listed in ('"2000-01-01T00:00:00.000Z", {}', '{},"x"', ' W/"old" ,  W/{} '):
+        r = await client.patch(path, json=body, headers={**alice, "If-Match": listed.format(tag)})
+        assert r.status_code == 200, (listed, await r.get_json())
+        tag = r.headers["ETag"]
+    await error_of(await client.patch(path, json=body, headers={**alice, "If-Match": '"old", "older"'}), 412)

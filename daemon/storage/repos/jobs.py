@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime as dt
 import unicodedata
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,20 +310,20 @@ def restart_job(conn: Connection, user_id: str, job_id: str, now: dt.datetime) -
     return job
 
 
-def _check_version(job: Job, expected: str | None) -> None:
-    """Raises Stale when the caller read another version of `job` (its If-Match) than the
+def _check_version(job: Job, expected: Collection[str] | None) -> None:
+    """Raises Stale when the caller read other versions of `job` (its If-Match) than the
     one it now changes: a reviewer's form made from an older one would undo what was written
     since (another tab's correction, an approval)."""
-    if expected is not None and version_of(job) != expected:
+    if expected is not None and version_of(job) not in expected:
         raise Stale(f"The job changed since you read it (it is now at updatedAt {iso(job.updated_at)}): "
                     "read it again")
 
 
 def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, Any], missing: list[str],
-                 now: dt.datetime, expected: str | None = None) -> Job:
+                 now: dt.datetime, expected: Collection[str] | None = None) -> Job:
     """Replace a COMPLETED job's result (validated by the caller, which found the required
-    values it still lacks: `missing`); the extracted one is kept. `expected`: the version
-    (`version_of`) the caller read. Raises Missing, InvalidTransition, Stale."""
+    values it still lacks: `missing`); the extracted one is kept. `expected`: the versions
+    (`version_of`) the caller read, one of which the job must be at. Raises Missing, InvalidTransition, Stale."""
     job = _to_change(conn, job_id, user_id)
     _check_version(job, expected)
     transitions.check_patch_result(job)
@@ -341,10 +342,10 @@ def patch_result(conn: Connection, user_id: str, job_id: str, result: dict[str, 
 
 
 def approve_job(conn: Connection, job_id: str, owner_id: str | None, reviewer_id: str, now: dt.datetime,
-                expected: str | None = None) -> Job:
+                expected: Collection[str] | None = None) -> Job:
     """Record that `reviewer_id` checked a COMPLETED, complete result (job.updated). The job
     must be `owner_id`'s (None: any user's, for an ADMIN). Approving again moves reviewedAt.
-    `expected`: the version the reviewer saw. Raises Missing, InvalidTransition, Stale."""
+    `expected`: the versions the reviewer saw. Raises Missing, InvalidTransition, Stale."""
     job = _to_change(conn, job_id, owner_id)
     _check_version(job, expected)
     transitions.check_approve(job)
