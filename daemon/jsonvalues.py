@@ -55,3 +55,16 @@ def _finite_int(literal: str) -> int:
 
 def _not_a_number(literal: str) -> Any:
     raise NotFinite(literal)
+
+
+def without_nul(value: Any) -> Any:
+    """`value` with the NUL characters of its strings (keys too) dropped: a document may hold
+    them (UTF-16 text, a PDF's text layer, an AI provider's answer), and a request body may
+    not (PostgreSQL's text cannot), so a result that kept one could never be saved back."""
+    if isinstance(value, str):
+        return value.replace("\x00", "") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {without_nul(key): without_nul(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [without_nul(item) for item in value]
+    return value

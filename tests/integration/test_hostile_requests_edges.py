@@ -393,3 +393,15 @@ async def test_an_upload_that_sent_much_then_stops_is_ended_after_the_grace_with
     assert response.status_code == 408
     assert "0.2 s without data" in (await response.get_json())["message"]
     assert blob_files(services) == []
+
+
+async def test_a_result_read_from_a_document_with_nul_characters_can_be_saved_back(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str) -> None:
+    """A UTF-16 text with a NUL in a value: the result held it, invisible in the console, and
+    every save of the job's own result was refused (a request body may hold no NUL)."""
+    text = "\ufeffInvoice Number: INV\x00-42\nTotal: 12.50\n".encode("utf-16-le")
+    job = await completed_job(client, services, alice, schema_id, text, "invoice.txt")
+    assert job["result"]["invoice_number"] == "INV-42"
+    r = await client.patch(f"/api/jobs/{job['id']}/result", json={"result": {**job["result"], "total": 13}},
+                           headers=alice)
+    assert r.status_code == 200, await r.get_json()

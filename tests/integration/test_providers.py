@@ -489,6 +489,17 @@ async def test_an_answer_lacking_required_values_is_incomplete_not_invalid(
                                     "/vendor/address, /items/1/amount, /total")
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_answer_with_nul_characters_is_kept_without_them(
+        server: FakeServer, tmp_path: Path, provider: str) -> None:
+    """A result that held a NUL could never be saved back: a request body may hold none."""
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    server.replies.append(answer(provider, {**ANSWER, "invoice_number": "INV\u0000-7"}))
+    extraction = await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": provider}, config_for(server))
+    assert extraction.result == ANSWER
+
+
 async def test_json_mode_asks_again_for_wrong_values_never_for_missing_ones(
         server: FakeServer, tmp_path: Path) -> None:
     path = tmp_path / "invoice.txt"

@@ -27,7 +27,8 @@ def decode_text(raw: bytes, kind: str) -> str:
     """UTF-8 (with or without BOM), UTF-16 with BOM, else cp1252; refuses binary."""
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
-            text = raw.decode("utf-16")
+            # A NUL is no character a person sees or types, and no request may send one back.
+            text = raw.decode("utf-16").replace("\x00", "")
         except UnicodeDecodeError as exc:
             raise corrupted(kind, exc) from exc
     else:
