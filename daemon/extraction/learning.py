@@ -122,6 +122,12 @@ _PRICE = re.compile(r"\d[.,]\d\d(?!\d)(?!\s*[&,/-]\s*\d)")
 _NOT_ALNUM = re.compile(r"[^A-Z0-9]")
 _LETTERS = re.compile(r"[A-Z]+")
 _WORD = re.compile(r"[A-Z0-9]+")
+# A line that names the document's customer ("BILL TO", "Customer GST No:", "ATTN:"): it and
+# what follows are not the issuer's. A word such as CLIENT is a label only before a colon,
+# a field's name or the line's end, not in a name ("CLIENT SOLUTIONS LTD").
+_CUSTOMER = re.compile(r"\b(?:BILL(?:ED)?|SHIP(?:PED)?|SOLD|INVOICE[DS]?|DELIVER(?:Y|ED)?|CHARGE)\s*TO\b|"
+                       r"\b(?:CUSTOMER|CLIENT|BUYER|CONSIGNEE|RECIPIENT|ATTN|ATTENTION)(?:'?S)?\s*"
+                       r"(?:[:.#]|(?:NAME|NO|NUMBER|ID|GST|VAT|TAX|CODE|ACCOUNT|ADDRESS|REF)\b|$)")
 # Lines every receipt prints, which say nothing of its issuer.
 _GENERIC = re.compile(r"^(SIMPLIFIED|TAX|INVOICE|RECEIPT|CASH|BILL|OFFICIAL|SALES|ORDER|COPY|THANK|YOU|AND|"
                       r"GST|ID|NO|REG|TEL|FAX|DATE|TIME|TABLE|CASHIER|\s)+$")
@@ -181,11 +187,16 @@ def header(reading: Sequence[ReadingLine]) -> list[str]:
 
 def fingerprint(reading: Sequence[ReadingLine]) -> list[str]:
     """The issuer's keys of a document: ``r:<digits>`` per registration, tax or telephone
-    number in its header, ``h:<hash>`` per distinctive header line. Sorted, unique."""
+    number in its header, ``h:<hash>`` per distinctive header line, up to the line that
+    names the customer ("BILL TO", "Customer GST No"): invoices of many suppliers to one
+    customer print its name, address and numbers alike, and were taken for one issuer's.
+    Sorted, unique."""
     keys: set[str] = set()
     lines = 0
     for text in header(reading):
         upper = text.upper()
+        if _CUSTOMER.search(upper):
+            break
         for match in _COMPANY_NUMBER.finditer(upper):
             keys.add("r:" + match[1])
         if _NUMBER_LABEL.search(upper):

@@ -47,6 +47,24 @@ def test_one_issuer_keeps_its_fingerprint_across_sales_and_another_issuer_shares
     assert len(first) == 4
 
 
+def test_suppliers_billing_one_customer_share_none_of_their_keys() -> None:
+    """Before: the customer's block (its name, address and tax number, printed at the top of
+    every supplier's invoice) gave two suppliers two keys or a number in common, and one
+    supplier's corrections were read into the other's invoices."""
+    customer = ["BILL TO", "GLOBEX CORPORATION LIMITED", "88 Harbour Road Springfield",
+                "Customer VAT No: 998877665544"]
+    initech = set(fingerprint(receipt(["INITECH SUPPLIES LTD", "12 Mill Lane Leeds", "VAT No 123456789",
+                                       *customer], "A-1", "7.70")))
+    umbrella = set(fingerprint(receipt(["UMBRELLA TRADING LTD", "5 Dock Street Hull", "VAT No 555666777",
+                                        *customer], "B-1", "8.10")))
+    assert "r:123456789" in initech and "r:555666777" in umbrella
+    assert not initech & umbrella
+    # One line holding the customer's label ends the issuer's part too; a name with such a
+    # word in it does not ("CLIENT SOLUTIONS").
+    assert not set(fingerprint(receipt(["Customer GST No: 998877665544", *MUELLER], "A-1", "7.70")))
+    assert "r:123456789" in set(fingerprint(receipt(["CLIENT SOLUTIONS LTD", *MUELLER[1:]], "A-1", "7.70")))
+
+
 def test_a_match_needs_two_keys_or_one_number() -> None:
     taught = {"/total": {"value": 7.7, "constant": False, "spots": []}}
     one_line = Match("a", taught, 1, 0)
