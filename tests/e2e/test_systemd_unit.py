@@ -9,7 +9,7 @@ nothing (the dynamic user), no supplementary groups, the unit's ``UMask``, ``Env
 ``StateDirectory=`` (created with its mode, owned by that uid), ``ConfigurationDirectory=``,
 ``LoadCredential=`` (copied into a ``$CREDENTIALS_DIRECTORY`` readable by that uid alone),
 ``Type=notify`` (a ``$NOTIFY_SOCKET``), ``WatchdogSec=``, stdout and stderr on a stream named
-by ``$JOURNAL_STREAM``, ``ExecReload=`` (SIGHUP) and ``KillSignal=``. A directive the
+by ``$JOURNAL_STREAM``, ``ExecReload=`` (SIGHUP), ``KillSignal=`` and ``KillMode=``. A directive the
 emulation does not know fails the test, so the unit cannot drift from what is tested. The
 sandboxing directives (``ProtectSystem=``, ``SystemCallFilter=``, ...) only take away and
 are not emulated; `systemd-analyze verify` checks them below.
@@ -60,7 +60,7 @@ SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # What the emulation below does for each directive of the unit.
 EMULATED = {
-    "Type", "NotifyAccess", "ExecStart", "ExecReload", "KillSignal", "TimeoutStopSec", "WatchdogSec",
+    "Type", "NotifyAccess", "ExecStart", "ExecReload", "KillSignal", "KillMode", "TimeoutStopSec", "WatchdogSec",
     "DynamicUser", "User", "UMask", "StateDirectory", "StateDirectoryMode", "ConfigurationDirectory",
     "LoadCredential", "Environment",
 }
@@ -367,7 +367,9 @@ class Service:
         return lines
 
     async def stop(self) -> int | None:
-        """KillSignal=, then wait as long as TimeoutStopSec= for the exit code."""
+        """KillSignal= to the main process alone (KillMode=mixed: its parser processes are its
+        own to stop), then wait as long as TimeoutStopSec= for the exit code."""
+        assert self.props.one("KillMode") == "mixed"
         self.proc.send_signal(getattr(signal, self.props.one("KillSignal")))
         timeout = seconds(self.props.one("TimeoutStopSec"))
         with contextlib.suppress(subprocess.TimeoutExpired):
