@@ -3,20 +3,22 @@
     GET /api/job-runs/:id/export?format=csv|xlsx|jsonl[&items=rows|sheets]
     GET /api/jobs/export?format=...&status=&schemaId=&jobRunId=&createdAfter=&createdBefore=&complete=
 
-Streamed in constant memory: jobs are read a page at a time and written as they come
-(XLSX through openpyxl's write-only workbook into a temporary file, then sent). The
+Streamed in bounded memory: jobs are read a page of at most `PAGE_JSON_BYTES` of stored
+JSON at a time (one job, however large, when it alone is more) and written as they come,
+CSV in slices of rows (XLSX through openpyxl's write-only workbook into a temporary file,
+then sent); a user runs at most `MAX_EXPORTS_PER_USER` at once in a process. The
 columns and rows are daemon.jobs.export's; CSV cells that a spreadsheet would run as a
 formula get a leading apostrophe, XLSX writes them as text cells.
 """
 
 from __future__ import annotations
 
-import functools
 import io
+import itertools
 import json
 import os
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
 import trio
@@ -26,7 +28,7 @@ from quart_schema import document_response, tag_blueprint, validate_querystring
 from quart_trio.wrappers.response import TrioResponse as Response
 
 from daemon.auth.guard import current_principal
-from daemon.errors import BadRequest, NotFound
+from daemon.errors import BadRequest, NotFound, TooManyRequests
 from daemon.http.context import services, streamed
 from daemon.http.jobs import JobQuery
 from daemon.http.models import ApiModel
@@ -41,10 +43,19 @@ from daemon.storage.repos.jobs import JobFilter
 blueprint = Blueprint("exports", __name__, url_prefix="/api")
 tag_blueprint(blueprint, ["jobs"])
 
-PAGE_SIZE = 500  # jobs read per database round trip
+PAGE_SIZE = 500  # jobs read per database round trip, at most
+# Stored JSON (results, originals, metadata) per page read: a correction may be 4 MiB of
+# JSON, ten times that as Python objects, and exports read 20 or 500 such jobs at once
+# (8 CSV exports of eight such jobs took a daemon from 390 MB to 3.1 GB).
+PAGE_JSON_BYTES = 1024 * 1024
 CHUNK_BYTES = 64 * 1024
-# Jobs written to CSV or JSON Lines per trip to a worker thread (and per chunk sent).
-RENDER_JOBS = 20
+# CSV rows written per trip to a worker thread (and per chunk sent): a job of 60,000 line
+# items is 60,000 rows, each repeating the job's columns.
+RENDER_ROWS = 2_000
+# Exports one user runs at once (in each process): each holds a page of jobs in memory for
+# as long as its client takes to read it.
+MAX_EXPORTS_PER_USER = 2
+_running: dict[str, int] = {}  # exports running, by user id
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
     "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
@@ -68,32 +79,17 @@ class JobsExportQuery(ExportOptions, JobQuery):
     """The filters of GET /api/jobs (without cursor and limit: every job that matches)."""
 
 
-async def _jobs(state: Services, user_id: str, where: JobFilter) -> AsyncIterator[dict[str, Any]]:
+async def _pages(state: Services, user_id: str, where: JobFilter) -> AsyncIterator[list[dict[str, Any]]]:
     """Every job matching `where`, as job objects, a page at a time."""
     cursor = None
     while True:
-        found = await state.db.read(jobs_repo.list_jobs, user_id, where, PAGE_SIZE, cursor)
-        for job in found.jobs:
-            yield job_json(job)
+        found = await state.db.read(jobs_repo.list_jobs, user_id, where, PAGE_SIZE, cursor,
+                                    max_json_bytes=PAGE_JSON_BYTES)
+        if found.jobs:
+            yield [job_json(job) for job in found.jobs]
         if found.after is None:
             return
         cursor = found.after
-
-
-async def _rendered(jobs: AsyncIterator[dict[str, Any]],
-                    render: Callable[[list[dict[str, Any]]], bytes]) -> AsyncIterator[bytes]:
-    """`render` of a few jobs at a time, in a worker thread: a result may hold thousands of line
-    items (a correction may be 4 MiB of JSON), and its rows, written on the event loop, stalled
-    every other request (one job of 60,000 items: 1.1 s of CSV; 500 of them in JSON Lines, a
-    minute)."""
-    batch: list[dict[str, Any]] = []
-    async for job in jobs:
-        batch.append(job)
-        if len(batch) >= RENDER_JOBS:
-            yield await trio.to_thread.run_sync(render, batch)
-            batch = []
-    if batch:
-        yield await trio.to_thread.run_sync(render, batch)
 
 
 def _csv_header(shape: export.Layout) -> bytes:
@@ -104,27 +100,31 @@ def _csv_header(shape: export.Layout) -> bytes:
     return buffer.getvalue().encode("utf-8")
 
 
-def _csv_rows(jobs: list[dict[str, Any]], shape: export.Layout) -> bytes:
+def _csv_rows(rows: Iterator[list[Any]]) -> bytes:
+    """The next `RENDER_ROWS` of `rows`, as CSV (empty when there are none left)."""
     buffer = io.StringIO()
-    writer = export.csv_writer(buffer)
-    for job in jobs:
-        writer.writerows([export.neutralised(v) for v in row] for row in export.rows(job, shape))
+    export.csv_writer(buffer).writerows([export.neutralised(v) for v in row]
+                                        for row in itertools.islice(rows, RENDER_ROWS))
     return buffer.getvalue().encode("utf-8")
 
 
-async def _csv(jobs: AsyncIterator[dict[str, Any]], shape: export.Layout) -> AsyncIterator[bytes]:
+async def _csv(pages: AsyncIterator[list[dict[str, Any]]], shape: export.Layout) -> AsyncIterator[bytes]:
+    """Rendered in worker threads: a result may hold thousands of line items, and their rows
+    written on the event loop stalled every other request (60,000 items: 1.1 s)."""
     yield _csv_header(shape)
-    async for chunk in _rendered(jobs, functools.partial(_csv_rows, shape=shape)):
-        yield chunk
+    async for page in pages:
+        rows = itertools.chain.from_iterable(export.rows(job, shape) for job in page)
+        while chunk := await trio.to_thread.run_sync(_csv_rows, rows):
+            yield chunk
 
 
 def _json_lines(jobs: list[dict[str, Any]]) -> bytes:
     return "".join(json.dumps(job, ensure_ascii=False, separators=(",", ":")) + "\n" for job in jobs).encode("utf-8")
 
 
-async def _jsonl(jobs: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-    async for chunk in _rendered(jobs, _json_lines):
-        yield chunk
+async def _jsonl(pages: AsyncIterator[list[dict[str, Any]]]) -> AsyncIterator[bytes]:
+    async for page in pages:
+        yield await trio.to_thread.run_sync(_json_lines, page)
 
 
 class _Workbook:
@@ -197,18 +197,14 @@ def _sheet_name(name: str, index: int) -> str:
     return cleaned if cleaned.lower() not in ("jobs", "history") else f"{cleaned}{index + 1}"
 
 
-async def _xlsx(jobs: AsyncIterator[dict[str, Any]], shape: export.Layout, items: str) -> AsyncIterator[bytes]:
+async def _xlsx(pages: AsyncIterator[list[dict[str, Any]]], shape: export.Layout,
+                items: str) -> AsyncIterator[bytes]:
     fd, path = tempfile.mkstemp(prefix="docex-export-", suffix=".xlsx")
     os.close(fd)
     try:
         book = await trio.to_thread.run_sync(_Workbook, shape, items)
-        page: list[dict[str, Any]] = []
-        async for job in jobs:
-            page.append(job)
-            if len(page) >= PAGE_SIZE:
-                await trio.to_thread.run_sync(book.add, page)
-                page = []
-        await trio.to_thread.run_sync(book.add, page)
+        async for page in pages:
+            await trio.to_thread.run_sync(book.add, page)
         await trio.to_thread.run_sync(book.save, path)
         async with await trio.open_file(path, "rb") as file:
             while chunk := await file.read(CHUNK_BYTES):
@@ -230,13 +226,28 @@ async def _export(user_id: str, where: JobFilter, schema_id: str | None, options
         if schema is None:
             raise BadRequest([f"schemaId {schema_id} is not one of your schemas"])
         shape = export.layout(schema.definition)
-    jobs = _jobs(state, user_id, where)
-    body = (_jsonl(jobs) if options.format == "jsonl" else _csv(jobs, shape) if options.format == "csv"
-            else _xlsx(jobs, shape, options.items))
-    response = streamed(body, content_type=CONTENT_TYPES[options.format])
+    if _running.get(user_id, 0) >= MAX_EXPORTS_PER_USER:
+        raise TooManyRequests(5, f"At most {MAX_EXPORTS_PER_USER} exports of yours at once: "
+                                 "try again when one has finished")
+    pages = _pages(state, user_id, where)
+    body = (_jsonl(pages) if options.format == "jsonl" else _csv(pages, shape) if options.format == "csv"
+            else _xlsx(pages, shape, options.items))
+    response = streamed(_counted(user_id, body), content_type=CONTENT_TYPES[options.format])
     response.headers["Content-Disposition"] = f'attachment; filename="{name}.{options.format}"'
     response.headers["Cache-Control"] = "no-store"
     return response
+
+
+async def _counted(user_id: str, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`body`, counted among the user's running exports from now until it is sent or dropped."""
+    _running[user_id] = _running.get(user_id, 0) + 1
+    try:
+        async for chunk in body:
+            yield chunk
+    finally:
+        _running[user_id] -= 1
+        if not _running[user_id]:
+            del _running[user_id]
 
 
 @blueprint.get("/job-runs/<run_id>/export")

@@ -6,6 +6,7 @@ A module of its own, not conftest, so the test modules import what they use:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import io
@@ -347,3 +348,16 @@ async def completed_run(client: Any, services: Services, auth: dict[str, str], s
         return str(run.id)
 
     return await services.db.run(fill)
+
+
+async def streamed_get(client: Any, path: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    """GET `path`, its body read as it is sent: the test client's own `get` reads a body only
+    once the app has sent all of it, through a channel of 10 messages, and a body of more
+    chunks (a large export) never ends."""
+    body = bytearray()
+    async with client.request(path, method="GET", headers=headers) as connection:
+        await connection.send_complete()
+        with contextlib.suppress(trio.EndOfChannel):
+            while True:
+                body += await connection.receive()
+    return connection.status_code, bytes(body)

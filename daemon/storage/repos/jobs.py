@@ -212,10 +212,10 @@ class JobSlice:
 
 
 def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, cursor: str | None,
-              oldest_first: bool = False) -> JobSlice:
+              oldest_first: bool = False, max_json_bytes: int = PAGE_JSON_BYTES) -> JobSlice:
     """The user's jobs matching `where`, newest first (the review queue, or with
     `oldest_first`, oldest first), after `cursor`: at most `limit`, and no more than fit
-    `PAGE_JSON_BYTES` of stored JSON."""
+    `max_json_bytes` of stored JSON (but at least one)."""
     oldest_first = oldest_first or where.review_below is not None
     order = jobs.c.id.asc() if oldest_first else jobs.c.id.desc()
     query = sa.select(jobs.c.id, _STORED_JSON).where(jobs.c.user_id == user_id).order_by(order).limit(limit + 1)
@@ -250,7 +250,7 @@ def list_jobs(conn: Connection, user_id: str, where: JobFilter, limit: int, curs
     total = 0
     for job_id, size in sized[:limit]:
         total += size
-        if chosen and total > PAGE_JSON_BYTES:
+        if chosen and total > max_json_bytes:
             break
         chosen.append(job_id)
     # (Under PostgreSQL's READ COMMITTED a job chosen may be deleted before this reads it: the
