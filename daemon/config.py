@@ -252,7 +252,7 @@ class ExtractionConfig:
     max_render_pixels: int = _setting(40_000_000, doc="a PDF page is rendered for OCR at 300 dpi or less")
     max_image_pixels: int = _setting(50_000_000, doc="pixels of an image (each frame)")
     max_cells: int = _setting(200_000, doc="cells of a CSV, XLSX or HTML document")
-    max_text_chars: int = _setting(5_000_000, doc="characters of a TXT, CSV or HTML document")
+    max_text_chars: int = _setting(5_000_000, doc="characters of a document of any type")
     max_part_size_bytes: int = _setting(64 * 1024**2, doc="inflated size of one part of a DOCX or XLSX archive")
 
 

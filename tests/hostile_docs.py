@@ -182,6 +182,14 @@ def xlsx_parts(shared_strings: bytes, worksheet: bytes) -> dict[str, bytes]:
     }
 
 
+def xlsx_long_cells(path: Path, cells: int = 10, characters: int = 100_000) -> Path:
+    """An XLSX of a few KB: `cells` cells of one shared string of `characters` characters
+    (ten of a MiB each held a worker for 169 s of the rules)."""
+    shared = b"<si><t>" + b"Total 12.50 " * (characters // 12) + b"</t></si>"
+    row = b"".join(b'<c t="s"><v>0</v></c>' for _ in range(cells))
+    return _write_zip(path, xlsx_parts(shared, b'<sheetData><row r="1">' + row + b"</row></sheetData>"))
+
+
 def xlsx_bomb(path: Path, strings: int = 50_000, rows: int = 2_000) -> Path:
     """An XLSX of `strings` shared strings, a sheet whose every cell up to
     column XFD refers to them, and a dimension claiming a million rows."""
@@ -319,6 +327,8 @@ HOSTILE: tuple[Hostile, ...] = (
             lambda p: csv_one_line(p, 20_000_000)),
     Hostile("xlsx-shared-strings", lambda p: xlsx_bomb(p), "xlsx", "DOCUMENT_TOO_LARGE",
             lambda p: xlsx_bomb(p, 500_000, 5_000)),
+    Hostile("xlsx-long-cells", lambda p: xlsx_long_cells(p), "xlsx", "DOCUMENT_TOO_LARGE",
+            lambda p: xlsx_long_cells(p, 10, 1024**2)),
     Hostile("docx-xml-bomb", lambda p: docx_bomb(p), "docx", "DOCUMENT_TOO_LARGE",
             lambda p: docx_bomb(p, 480 * 1024**2)),
     Hostile("docx-lying-sizes", docx_lying_sizes, "docx", "CORRUPTED_FILE"),

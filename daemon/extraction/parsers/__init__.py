@@ -6,7 +6,7 @@ from pathlib import Path
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document
-from daemon.extraction.parsers.base import ParseOptions, Parser
+from daemon.extraction.parsers.base import ParseOptions, Parser, too_large
 from daemon.jobs import filetypes
 
 
@@ -49,8 +49,23 @@ def parser_for(mime_type: str) -> Parser:
 
 
 def parse(path: Path, mime_type: str, options: ParseOptions) -> Document:
-    """Parse `path` as `mime_type` (synchronous: call it in a worker process)."""
-    return parser_for(mime_type)(path, options)
+    """Parse `path` as `mime_type` (synchronous: call it in a worker process).
+
+    Raises:
+        PermanentJobError: DOCUMENT_TOO_LARGE for a document of more characters than
+            ``extraction.max_text_chars``, whatever its type: a 3.7 KB XLSX of ten 1 MiB
+            cells held a worker for 169 s of the rules.
+    """
+    document = parser_for(mime_type)(path, options)
+    limit = options.max_text_chars
+    characters = 0
+    for page in document.pages:
+        for line in page.lines:
+            for word in line.words:
+                characters += len(word.text)
+            if characters > limit:
+                raise too_large(f"the document has more than {limit:,} characters", "max_text_chars", limit)
+    return document
 
 
 __all__ = ["ParseOptions", "Parser", "parse", "parser_for"]
