@@ -28,7 +28,9 @@ def decode_text(raw: bytes, kind: str) -> str:
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
         try:
             # A NUL is no character a person sees or types, and no request may send one back.
-            text = raw.decode("utf-16").replace("\x00", "")
+            # A file cut inside a character is still text, as in UTF-8: its odd byte, or the
+            # half of a surrogate pair it ends on, is dropped.
+            text = _utf16_cut_short(raw).replace("\x00", "")
         except UnicodeDecodeError as exc:
             raise corrupted(kind, exc) from exc
     else:
@@ -47,6 +49,16 @@ def decode_text(raw: bytes, kind: str) -> str:
         if control > _MAX_CONTROL * len(text):
             raise corrupted(kind, "it contains binary data")
     return text
+
+
+def _utf16_cut_short(raw: bytes) -> str:
+    """UTF-16 with a BOM, its last character dropped if the file ends inside it."""
+    try:
+        return raw.decode("utf-16")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(raw) - 4:
+            raise
+        return raw[: exc.start].decode("utf-16")
 
 
 # The most bytes a character takes in the encodings `decode_text` reads.

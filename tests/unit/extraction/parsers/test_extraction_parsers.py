@@ -189,6 +189,21 @@ def test_truncated_text_is_still_text(make_doc: Callable[..., Path], kind: str) 
         assert "INV-2024-0042" in parse(path, MIME[kind], OPTIONS).text
 
 
+@pytest.mark.parametrize("cut", [1, 2, 3])
+def test_utf16_text_cut_inside_a_character_is_still_text(tmp_path: Path, cut: int) -> None:
+    # As UTF-8 is: the odd byte, or the half of a surrogate pair the file ends on, is dropped.
+    # Before: CORRUPTED_FILE, "truncated data".
+    path = tmp_path / "notepad.txt"
+    data = "\ufeffInvoice Number: INV-2024-0042\nTotal 12.50 \U0001F600".encode("utf-16-le")
+    path.write_bytes(data[: len(data) - cut])
+    assert parse(path, filetypes.TXT, OPTIONS).text == "Invoice Number: INV-2024-0042\nTotal 12.50"
+    # A character missing inside the text is no cut: the file is damaged.
+    path.write_bytes(data[:6] + b"\x00\xdc" + data[6:])
+    with pytest.raises(PermanentJobError) as caught:
+        parse(path, filetypes.TXT, OPTIONS)
+    assert caught.value.code == "CORRUPTED_FILE"
+
+
 def test_an_archive_that_is_neither_docx_nor_xlsx_inside_is_corrupted(tmp_path: Path) -> None:
     path = tmp_path / "other.docx"
     with zipfile.ZipFile(path, "w") as archive:
