@@ -139,6 +139,7 @@ class JobsConfig:
     workers: int = _setting(4)
     max_attempts: int = _setting(3)
     max_file_size_bytes: int = _setting(50 * 1024 * 1024, env="MAX_FILE_SIZE")
+    max_run_size_bytes: int = _setting(2 * 1024**3, doc="the files of one batch run's request, in all")
     max_pages: int = _setting(500)
     lease_s: int = _setting(60)
     retry_backoff_initial_ms: int = _setting(5000)

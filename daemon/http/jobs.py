@@ -736,6 +736,7 @@ async def create_run() -> Answer:
         file_field="files",
         max_file_bytes=config.jobs.max_file_size_bytes,
         max_files=MAX_FILES_PER_RUN,
+        max_total_bytes=config.jobs.max_run_size_bytes,
     )
     try:
         schema_id = await _checked_schema(upload.field("schemaId"), upload.field("type"))

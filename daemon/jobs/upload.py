@@ -93,11 +93,12 @@ def boundary_of(content_type: str) -> bytes:
 
 
 async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max_file_bytes: int,
-                         max_files: int) -> Upload:
+                         max_files: int, max_total_bytes: int | None = None) -> Upload:
     """Stream `request`'s multipart body: fields into memory, `file_field` parts into blobs.
 
     Raises:
-        PayloadTooLarge: a file is over `max_file_bytes`.
+        PayloadTooLarge: a file is over `max_file_bytes`, or the files over
+            `max_total_bytes` in all (a run of 1,000 files of 50 MiB wrote 50 GB).
         BadRequest: not multipart, malformed, too many files, an unsupported file type.
     On any error every blob this call wrote is deleted.
     """
@@ -108,7 +109,7 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
     # Parts are counted here, not by the decoder's max_parts: its RequestEntityTooLarge
     # cannot be told from a file's, and a request of small fields was told its file was too big.
     decoder = MultipartDecoder(boundary_of(request.headers.get("Content-Type", "")))
-    parts = 0
+    parts = file_bytes = 0
     started, received = trio.current_time(), 0
     try:
         body = request.body.__aiter__()
@@ -153,6 +154,10 @@ async def receive_upload(request: Any, blobs: BlobStore, *, file_field: str, max
                 field_name, field_value = event.name, bytearray()
             elif isinstance(event, Data):
                 if sink is not None:
+                    file_bytes += len(event.data)
+                    if max_total_bytes is not None and file_bytes > max_total_bytes:
+                        raise PayloadTooLarge(f"the files of a request may hold at most {max_total_bytes:,} bytes "
+                                              "in all (jobs.max_run_size): send them in several runs")
                     await sink.write(event.data)
                     if not event.more_data:
                         upload.files.append(await _finish(sink))

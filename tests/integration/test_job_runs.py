@@ -114,6 +114,13 @@ async def test_refused_runs_create_nothing(client: Any, services: Any, alice: di
     r = await post_run(client, alice, schema_id, [FILES[0], ("big.txt", b"Total: 1\n" * 100)])
     await error_of(r, 413)
     with_jobs_config(services, max_file_size_bytes=50 * 1024 * 1024)
+    # Files each under the limit, over the run's in all (before: 1,000 files of 50 MiB were
+    # taken, 50 GB): 413, and what was stored goes.
+    with_jobs_config(services, max_run_size_bytes=2_000)
+    r = await post_run(client, alice, schema_id, [(f"{i}.txt", b"Total: 1\n" * 100) for i in range(3)])
+    assert (await error_of(r, 413))["message"] == ("the files of a request may hold at most 2,000 bytes in all "
+                                                   "(jobs.max_run_size): send them in several runs")
+    with_jobs_config(services, max_run_size_bytes=2 * 1024**3)
     # JSON with remote sources: there are no integrations yet.
     r = await client.post("/api/job-runs", json={"type": "EXTRACTION", "schemaId": schema_id,
                                                  "sources": [{"integrationId": "int_1", "fileId": "f1"}]},
