@@ -219,6 +219,19 @@ def png_huge(path: Path, side: int = 20_000) -> Path:
     return path
 
 
+def webp_huge(path: Path, side: int = 16_383) -> Path:
+    """A lossless WEBP whose header says side × side pixels (the largest WEBP allows; a valid
+    one of that size is a few MB), with the pixels of a small picture after it."""
+    from PIL import Image
+
+    Image.new("RGB", (64, 64), "white").save(path, "WEBP", lossless=True)
+    data = bytearray(path.read_bytes())
+    bits = int.from_bytes(data[21:25], "little")
+    data[21:25] = ((side - 1) | (side - 1) << 14 | (bits & ~0xFFFFFFF)).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    return path
+
+
 def tiff_frames(path: Path, frames: int = 50) -> Path:
     """A TIFF of `frames` small blank frames."""
     from PIL import Image
@@ -334,6 +347,7 @@ HOSTILE: tuple[Hostile, ...] = (
     Hostile("docx-lying-sizes", docx_lying_sizes, "docx", "CORRUPTED_FILE"),
     Hostile("png-huge", lambda p: png_huge(p, 20_000), "png", "DOCUMENT_TOO_LARGE",
             lambda p: png_huge(p, 12_000)),
+    Hostile("webp-huge", webp_huge, "webp", "DOCUMENT_TOO_LARGE"),
     Hostile("tiff-frames", lambda p: tiff_frames(p, 50), "tiff", "TOO_MANY_PAGES",
             lambda p: tiff_frames(p, 5000)),
     Hostile("pdf-huge-mediabox", pdf_huge_mediabox, "pdf", "CORRUPTED_FILE"),

@@ -119,6 +119,12 @@ def page_count(image: Image.Image, limit: int) -> int:
 
 
 def _parse_image(path: Path, options: ParseOptions) -> Document:
+    with path.open("rb") as file:
+        size = webp_size(file.read(30))
+    if size is not None:
+        # Pillow allocates a WEBP's decoder for the whole canvas in `Image.open`, before
+        # any size can be checked: a valid 268-megapixel WEBP failed there, CORRUPTED_FILE.
+        _check_size(*size, 1, options)
     try:
         image = Image.open(path)
         frames = page_count(image, options.max_pages)
@@ -148,8 +154,27 @@ def _parse_image(path: Path, options: ParseOptions) -> Document:
     return ScannedDocument(tuple(pages), tuple(readings))
 
 
+def webp_size(head: bytes) -> tuple[int, int] | None:
+    """The canvas of a WEBP from its first 30 bytes (its first chunk: VP8X, VP8L or VP8);
+    None for any other file or a header too short to tell."""
+    if len(head) < 30 or head[:4] != b"RIFF" or head[8:12] != b"WEBP":
+        return None
+    chunk = head[12:16]
+    if chunk == b"VP8X":
+        return int.from_bytes(head[24:27], "little") + 1, int.from_bytes(head[27:30], "little") + 1
+    if chunk == b"VP8L" and head[20] == 0x2F:
+        bits = int.from_bytes(head[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8 " and head[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(head[26:28], "little") & 0x3FFF, int.from_bytes(head[28:30], "little") & 0x3FFF
+    return None
+
+
 def _check_pixels(image: Image.Image, number: int, options: ParseOptions) -> None:
-    width, height = image.size
+    _check_size(*image.size, number, options)
+
+
+def _check_size(width: int, height: int, number: int, options: ParseOptions) -> None:
     if width * height > options.max_image_pixels:
         raise too_large(f"image frame {number} is {width:,}×{height:,} px ({width * height:,} pixels)",
                         "max_image_pixels", options.max_image_pixels)

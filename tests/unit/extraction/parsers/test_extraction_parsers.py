@@ -6,6 +6,7 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from extraction_docs import write_turned_pdf
@@ -202,6 +203,30 @@ def test_utf16_text_cut_inside_a_character_is_still_text(tmp_path: Path, cut: in
     with pytest.raises(PermanentJobError) as caught:
         parse(path, filetypes.TXT, OPTIONS)
     assert caught.value.code == "CORRUPTED_FILE"
+
+
+@pytest.mark.parametrize("options", [{"lossless": True}, {"lossless": False}, {"exif": b"Exif\x00\x00II*\x00"}],
+                         ids=["VP8L", "VP8", "VP8X"])
+def test_a_webp_too_large_is_refused_from_its_header(tmp_path: Path, options: dict[str, Any]) -> None:
+    """Pillow allocates a WEBP's decoder for its whole canvas as it opens it: a valid one of
+    268 megapixels failed CORRUPTED_FILE ("could not create decoder object")."""
+    from daemon.extraction.parsers.ocr import webp_size
+
+    path = tmp_path / "picture.webp"
+    Image.new("RGB", (123, 45), "white").save(path, "WEBP", **options)
+    data = bytearray(path.read_bytes())
+    assert webp_size(bytes(data[:30])) == (123, 45)
+    if data[12:16] == b"VP8X":
+        data[24:30] = (16382).to_bytes(3, "little") * 2
+    elif data[12:16] == b"VP8L":
+        data[21:25] = (16382 | 16382 << 14 | (int.from_bytes(data[21:25], "little") & ~0xFFFFFFF)).to_bytes(4, "little")
+    else:
+        data[26:30] = (16383).to_bytes(2, "little") * 2
+    path.write_bytes(bytes(data))
+    with pytest.raises(PermanentJobError) as caught:
+        parse(path, filetypes.WEBP, OPTIONS)
+    assert caught.value.code == "DOCUMENT_TOO_LARGE"
+    assert "16,383×16,383 px" in caught.value.message and "extraction.max_image_pixels" in caught.value.message
 
 
 def test_an_archive_that_is_neither_docx_nor_xlsx_inside_is_corrupted(tmp_path: Path) -> None:
