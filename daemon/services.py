@@ -9,6 +9,7 @@ so hot settings take effect at once.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ class Services:
     stopping: trio.Event = field(default_factory=trio.Event)
     # Set when an inbox is created, resumed or deleted here: the sweeper looks again at once.
     inboxes_changed: Wakeup = field(default_factory=Wakeup)
+    # Exports being sent from this process, by user id (daemon.http.exports bounds them).
+    exports_running: Counter[str] = field(default_factory=Counter)
     _ai_client: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     def ai_client(self) -> httpx.AsyncClient:

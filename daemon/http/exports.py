@@ -18,6 +18,7 @@ import itertools
 import json
 import os
 import tempfile
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
@@ -55,7 +56,6 @@ RENDER_ROWS = 2_000
 # Exports one user runs at once (in each process): each holds a page of jobs in memory for
 # as long as its client takes to read it.
 MAX_EXPORTS_PER_USER = 2
-_running: dict[str, int] = {}  # exports running, by user id
 CONTENT_TYPES = {
     "csv": "text/csv; charset=utf-8",
     "xlsx": "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
@@ -226,28 +226,35 @@ async def _export(user_id: str, where: JobFilter, schema_id: str | None, options
         if schema is None:
             raise BadRequest([f"schemaId {schema_id} is not one of your schemas"])
         shape = export.layout(schema.definition)
-    if _running.get(user_id, 0) >= MAX_EXPORTS_PER_USER:
+    if state.exports_running[user_id] >= MAX_EXPORTS_PER_USER:
         raise TooManyRequests(5, f"At most {MAX_EXPORTS_PER_USER} exports of yours at once: "
                                  "try again when one has finished")
     pages = _pages(state, user_id, where)
     body = (_jsonl(pages) if options.format == "jsonl" else _csv(pages, shape) if options.format == "csv"
             else _xlsx(pages, shape, options.items))
-    response = streamed(_counted(user_id, body), content_type=CONTENT_TYPES[options.format])
+    counted = _counted(state.exports_running, user_id, body)
+    # Counted now, with no checkpoint since the check: once the handler has answered, the
+    # server sends the headers before the body, and requests arriving together all passed.
+    await anext(counted)
+    response = streamed(counted, content_type=CONTENT_TYPES[options.format])
     response.headers["Content-Disposition"] = f'attachment; filename="{name}.{options.format}"'
     response.headers["Cache-Control"] = "no-store"
     return response
 
 
-async def _counted(user_id: str, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    """`body`, counted among the user's running exports from now until it is sent or dropped."""
-    _running[user_id] = _running.get(user_id, 0) + 1
+async def _counted(running: Counter[str], user_id: str, body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`body`, counted among the user's `running` exports from its first (empty) chunk until
+    it is sent or dropped: once started, a generator's end is certain (Quart closes the
+    body it sends, and trio one it drops)."""
+    running[user_id] += 1
     try:
+        yield b""
         async for chunk in body:
             yield chunk
     finally:
-        _running[user_id] -= 1
-        if not _running[user_id]:
-            del _running[user_id]
+        running[user_id] -= 1
+        if not running[user_id]:
+            del running[user_id]
 
 
 @blueprint.get("/job-runs/<run_id>/export")
