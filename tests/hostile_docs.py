@@ -140,6 +140,13 @@ def docx_bomb(path: Path, inflated_bytes: int = 8 * 1024**2) -> Path:
     return _write_zip(path, _docx_parts(paragraph * (inflated_bytes // len(paragraph))))
 
 
+def docx_many_paragraphs(path: Path, paragraphs: int = 600_000) -> Path:
+    """A DOCX of `paragraphs` short paragraphs: 1.5 MB, whose document.xml (37 MB) lxml
+    builds a tree of past a few hundred MiB."""
+    body = b"".join(b"<w:p><w:r><w:t>word %d lorem ipsum dolor</w:t></w:r></w:p>" % n for n in range(paragraphs))
+    return _write_zip(path, _docx_parts(body))
+
+
 def docx_lying_sizes(path: Path) -> Path:
     """A DOCX whose document.xml declares (in its local header and the central
     directory) a tenth of the bytes it inflates to."""

@@ -256,6 +256,10 @@ async def in_worker(fn: Callable[..., T | Failure], *args: Any, timeout_s: float
                 raise PermanentJobError(
                     "PARSE_FAILED", "the parser process died while reading the document (a crash of its "
                     "library, or memory refused under extraction.max_memory)") from exc
+            except MemoryError as exc:  # refused where `fn` could not answer (sending its outcome back)
+                raise PermanentJobError(
+                    "PARSE_OUT_OF_MEMORY", "reading the document needs more memory than extraction.max_memory; "
+                    "raise it in the configuration to read this document") from exc
     if deadline.cancelled_caught:
         log.warning("parser killed after %gs", timeout_s, extra={"action": "extraction.parse_timeout"})
         raise PermanentJobError(

@@ -99,10 +99,11 @@ def _parse(path: str, mime_type: str, options: ParseOptions) -> Document | Failu
     except JobError as exc:
         return Failure(exc.code, exc.message)
     except MemoryError:
-        return _out_of_memory(options)
+        pass  # answered below: inside the handler its traceback still holds what the parse made
     except Exception as exc:
         return Failure("PARSE_FAILED", f"the document could not be parsed ({type(exc).__name__})",
                        traceback.format_exc())
+    return _out_of_memory(options)
 
 
 def extract_with_rules(path: str, mime_type: str, options: ParseOptions, definition: dict[str, Any],
@@ -122,10 +123,13 @@ def _extract_with_rules(path: str, mime_type: str, options: ParseOptions, defini
         return document
     try:
         result, fields = extract_rules(document, definition)
+        return RulesOutcome(document.page_count, result, fields, reading_of(document) if keep_reading else None)
     except MemoryError:
-        return _out_of_memory(options)
+        # Answered below, with the document let go: inside the handler its traceback holds
+        # what the rules made, and the answer's own few bytes were refused again.
+        del document
     except Exception as exc:
         return Failure("INTERNAL_ERROR", f"the rules provider failed ({type(exc).__name__})",
                        traceback.format_exc())
-    return RulesOutcome(document.page_count, result, fields, reading_of(document) if keep_reading else None)
+    return _out_of_memory(options)
 

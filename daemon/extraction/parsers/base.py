@@ -65,6 +65,18 @@ def corrupted(kind: str, exc: BaseException | str) -> PermanentJobError:
     return PermanentJobError("CORRUPTED_FILE", f"the file is not a readable {kind}: {detail}")
 
 
+def refused_memory(exc: BaseException) -> bool:
+    """Whether a library's error is an allocation refused under ``extraction.max_memory``,
+    reported in its own words: libxml2 (lxml, under python-docx and openpyxl) fails
+    with ERR_NO_MEMORY, "unknown error", which read as a damaged file. The same DOCX was
+    ``CORRUPTED_FILE`` or ``PARSE_OUT_OF_MEMORY`` by where its parse ran short."""
+    if isinstance(exc, MemoryError):
+        return True
+    from lxml import etree
+
+    return isinstance(exc, etree.XMLSyntaxError) and exc.code == etree.ErrorTypes.ERR_NO_MEMORY
+
+
 # What a library raises when bytes it reads break its own assumptions, not a format's rule.
 _LIBRARY_SLIPS = (AttributeError, TypeError, LookupError, AssertionError, NameError)
 # An absolute path, quoted or not: at least a folder and a name.

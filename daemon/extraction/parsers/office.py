@@ -25,7 +25,7 @@ from typing import Any
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Document, Line, Page, grid_page, grid_table_lines, grid_text_line
-from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted, too_large
+from daemon.extraction.parsers.base import ParseOptions, check_pages, corrupted, refused_memory, too_large
 
 # All parts together at most (python-docx holds every part, images too, in memory).
 MAX_UNZIPPED = 512 * 1024 * 1024
@@ -64,6 +64,14 @@ def _check_archive(path: Path, kind: str, required: str, options: ParseOptions) 
         raise corrupted(kind, exc) from exc
 
 
+def _unread(kind: str, exc: Exception, where: str = "") -> Exception:
+    """What a library's failure to read a part means: extraction.max_memory refused it
+    (MemoryError: PARSE_OUT_OF_MEMORY, the setting to raise), or CORRUPTED_FILE."""
+    if refused_memory(exc):
+        return MemoryError()
+    return corrupted(kind, f"{where}{exc}" if where else exc)
+
+
 def _part_too_large(kind: str, name: str, size: str, limit: int) -> PermanentJobError:
     return too_large(f"the {kind}'s part {name} inflates to {size}", "max_part_size", limit)
 
@@ -75,10 +83,10 @@ def parse_docx(path: Path, options: ParseOptions) -> Document:
 
         document = docx.Document(str(path))
         blocks = list(_docx_blocks(document))
-    except (PermanentJobError, MemoryError):  # MemoryError: extraction.max_memory, not a damaged file
+    except PermanentJobError:
         raise
     except Exception as exc:  # python-docx and lxml raise many types on malformed parts
-        raise corrupted("DOCX document", exc) from exc
+        raise _unread("DOCX document", exc) from exc
     pages: list[list[Line]] = [[]]
     row = 0
     cells = 0
@@ -209,12 +217,9 @@ def parse_xlsx(path: Path, options: ParseOptions) -> Document:
         import openpyxl
 
         workbook = openpyxl.load_workbook(handle, read_only=True, data_only=True)
-    except MemoryError:  # extraction.max_memory (PARSE_OUT_OF_MEMORY), not a damaged file
-        handle.close()
-        raise
     except Exception as exc:  # openpyxl and lxml raise many types on malformed parts
         handle.close()
-        raise corrupted("XLSX workbook", exc) from exc
+        raise _unread("XLSX workbook", exc) from exc
     try:
         sheets = workbook.worksheets
         check_pages(len(sheets), options)
@@ -230,10 +235,10 @@ def parse_xlsx(path: Path, options: ParseOptions) -> Document:
                         raise too_large(f"the XLSX workbook has more than {options.max_cells:,} cells",
                                         "max_cells", options.max_cells)
                     rows.append([_cell_text(value) for value in values])
-            except (PermanentJobError, MemoryError):  # MemoryError: extraction.max_memory
+            except PermanentJobError:
                 raise
             except Exception as exc:
-                raise corrupted("XLSX workbook", f"sheet {sheet.title!r}: {exc}") from exc
+                raise _unread("XLSX workbook", exc, f"sheet {sheet.title!r}: ") from exc
             while rows and not any(rows[-1]):
                 rows.pop()
             pages.append(grid_page(number, grid_table_lines(0, _trim_columns(rows))))

@@ -20,7 +20,16 @@ import pytest
 import trio
 import trio_parallel
 from extraction_docs import INVOICE, SCHEMA
-from hostile_docs import HOSTILE, TEST_LIMITS, TEST_MAX_PAGES, Hostile, ParserPeaks, csv_huge, png_huge
+from hostile_docs import (
+    HOSTILE,
+    TEST_LIMITS,
+    TEST_MAX_PAGES,
+    Hostile,
+    ParserPeaks,
+    csv_huge,
+    docx_many_paragraphs,
+    png_huge,
+)
 
 from daemon.config import Config, load_config
 from daemon.errors import JobError
@@ -127,6 +136,18 @@ async def test_a_parse_past_its_memory_fails_and_the_worker_reads_the_next(
     assert code == "COMPLETED", message
     assert extraction is not None and extraction.result["total"] == INVOICE["total"]
     assert peaks.peak_bytes < 400 * 1024**2
+
+
+@pytest.mark.parametrize("max_memory_mib", [260, 330, 400])
+async def test_a_docx_whose_xml_tree_is_past_the_memory_limit_is_out_of_memory_not_corrupted(
+    tmp_path: Path, max_memory_mib: int
+) -> None:
+    # Before: CORRUPTED_FILE, "unknown error": libxml2's ERR_NO_MEMORY, lxml's XMLSyntaxError.
+    config = limited(max_memory_bytes=max_memory_mib * 1024**2, max_part_size_bytes=64 * 1024**2,
+                     max_text_chars=10**8)
+    code, message, _ = await outcome(docx_many_paragraphs(tmp_path / "paragraphs.docx"), config)
+    assert code == "PARSE_OUT_OF_MEMORY", message
+    assert f"extraction.max_memory ({max_memory_mib * 1024**2:,} bytes)" in message
 
 
 async def test_a_normal_document_read_alongside_the_hostile_ones_completes(
