@@ -21,6 +21,7 @@ from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_con
 from daemon.http.models import ApiModel, IsoDateTime
 from daemon.http.openapi import ACCESS_TOKEN, NoContent, error_responses
 from daemon.http.pagination import PageQuery, page
+from daemon.http.requests import PUBLIC_BODY_BYTES, small_body
 from daemon.http.validation import in_utc
 from daemon.storage.repos import accounts as repo
 from daemon.storage.repos.accounts import Role
@@ -248,6 +249,7 @@ def this_client() -> accounts.Client:
 
 @blueprint.post("/register")
 @public
+@small_body(PUBLIC_BODY_BYTES)
 @limited_per_ip("register")
 @validate_request(RegisterBody)
 @document_response(TokenPairOut, 201)
@@ -262,6 +264,7 @@ async def register(data: RegisterBody) -> Response:
 
 @blueprint.post("/login")
 @public
+@small_body(PUBLIC_BODY_BYTES)
 @limited_per_ip("login")
 @validate_request(LoginBody)
 @document_response(TokenPairOut)
@@ -276,6 +279,7 @@ async def login(data: LoginBody) -> Response:
 
 @blueprint.post("/refresh")
 @public
+@small_body(PUBLIC_BODY_BYTES)
 @limited_per_ip("refresh")
 @validate_request(RefreshBody)
 @document_response(TokenPairOut)
@@ -289,6 +293,7 @@ async def refresh(data: RefreshBody) -> Response:
 
 @blueprint.post("/logout")
 @public
+@small_body(PUBLIC_BODY_BYTES)
 @limited_per_ip("refresh")
 @validate_request(RefreshBody)
 @document_response(NoContent, 204)

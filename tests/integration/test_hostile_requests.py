@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from jobs_helpers import ERROR_KEYS, INVOICE_SCHEMA, create_job, create_schema
 
-from daemon.http.requests import MAX_JSON_DEPTH
+from daemon.http.requests import MAX_JSON_DEPTH, PUBLIC_BODY_BYTES
+from daemon.http.schemas import CONVERT_BODY_BYTES
 
 JSON = {"Content-Type": "application/json"}
 NOT_UTF8 = b'{"email": "\xff\xfe@example.com", "password": "secret1"}'
@@ -29,6 +30,13 @@ JSON_ROUTES = [
     ("POST", "/api/webhooks"),
     ("POST", "/api/auth/api-keys"),
 ]
+
+# The public routes' bounds, below the 4 MiB of every other JSON body.
+SMALL_BODIES = {
+    "/api/auth/register": PUBLIC_BODY_BYTES, "/api/auth/login": PUBLIC_BODY_BYTES,
+    "/api/auth/refresh": PUBLIC_BODY_BYTES, "/api/auth/logout": PUBLIC_BODY_BYTES,
+    "/api/schema/convert": CONVERT_BODY_BYTES,
+}
 
 
 async def _bad_request(response: Any) -> list[str]:
@@ -58,10 +66,30 @@ async def test_a_body_that_is_not_utf8_is_400(client: Any, alice: dict[str, str]
 async def test_a_body_nested_past_the_limit_is_400_whatever_the_depth(
     client: Any, alice: dict[str, str], method: str, path: str
 ) -> None:
-    # Just past the limit, past what the schema checks recurse through, past json.loads' own recursion limit.
+    # Just past the limit, past what the schema checks recurse through, past json.loads' own
+    # recursion limit (600 KB: past what the public routes read, refused unread).
     for levels in (MAX_JSON_DEPTH + 1, 990, 100_000):
-        r = await client.open(path, method=method, data=deep_json(levels).encode(), headers={**JSON, **alice})
-        assert await _bad_request(r) == [f"request body is nested deeper than {MAX_JSON_DEPTH} levels"]
+        body = deep_json(levels).encode()
+        r = await client.open(path, method=method, data=body, headers={**JSON, **alice})
+        if len(body) > SMALL_BODIES.get(path, len(body)):
+            assert r.status_code == 413, await r.get_json()
+        else:
+            assert await _bad_request(r) == [f"request body is nested deeper than {MAX_JSON_DEPTH} levels"]
+
+
+async def test_public_routes_read_small_bodies_only(client: Any) -> None:
+    """Before: each public route parsed 4 MiB bodies on the event loop before anyone was known:
+    6 logins of 4 MiB of empty arrays held every other request for 10 s."""
+    for path, limit in SMALL_BODIES.items():
+        padding = limit - len('{"email":"a@example.com","password":"secret123","x":""}')
+        body = json.dumps({"email": "a@example.com", "password": "secret123", "x": "y" * padding},
+                          separators=(",", ":"))
+        assert len(body) == limit
+        r = await client.post(path, data=body.encode(), headers=JSON)
+        assert r.status_code in (400, 401), (path, await r.get_json())  # read, and refused by the route
+        r = await client.post(path, data=body.encode() + b" ", headers=JSON)
+        answer = await r.get_json()
+        assert r.status_code == 413 and answer["statusCode"] == 413, (path, answer)
 
 
 async def test_a_body_at_the_limit_is_parsed(client: Any) -> None:
