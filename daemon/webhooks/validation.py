@@ -53,22 +53,29 @@ def url_problems(url: str, *, allow_http: bool, allow_private: bool) -> list[str
         return ["url must be a URL address"]
     if parsed.scheme and parsed.scheme not in ("http", "https"):
         return [f"url must start with https:// (or http:// with webhooks.allow_http), not {parsed.scheme}://"]
-    if not parsed.host or not parsed.is_absolute_url:
+    try:
+        host = parsed.host
+    except (UnicodeError, ValueError):  # an xn-- label IDNA refuses to decode ("xn--ls8h", an emoji)
+        return [_NOT_A_HOST]
+    if not host or not parsed.is_absolute_url:
         return ["url must be a URL address"]
     problems = []
-    if not _reachable_host(parsed.raw_host.decode("ascii", "replace"), parsed.host):
-        problems.append("url's host must be a host name (labels of letters, digits and hyphens, each at most "
-                        "63 characters) or an IP address")
+    if not _reachable_host(parsed.raw_host.decode("ascii", "replace"), host):
+        problems.append(_NOT_A_HOST)
     if parsed.port is not None and not 0 < parsed.port < 65536:
         problems.append("url's port must be from 1 to 65535")
     if parsed.scheme == "http" and not allow_http:
         problems.append("url must use https (plain http is off: webhooks.allow_http)")
     if parsed.userinfo:
         problems.append("url must not contain a user name or password (send credentials in customHeaders)")
-    if not allow_private and ssrf.literal_refused(parsed.host):
+    if not allow_private and ssrf.literal_refused(host):
         problems.append("url must not point to a private, loopback or link-local address "
                         "(webhooks.allow_private_networks is off)")
     return problems
+
+
+_NOT_A_HOST = ("url's host must be a host name (labels of letters, digits and hyphens, each at most 63 "
+               "characters) or an IP address")
 
 
 def _reachable_host(raw_host: str, host: str) -> bool:

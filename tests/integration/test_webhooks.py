@@ -163,6 +163,9 @@ async def test_secrets_are_stored_sealed_and_shown_only_on_create_and_rotate(
     ({"events": ["*"]}, "url should not be empty"),
     ({"url": "", "events": ["*"]}, "url should not be empty"),
     ({"url": "nope", "events": ["*"]}, "url must be a URL address"),
+    ({"url": "https://xn--ls8h.la/", "events": ["*"]},  # a 500 before: IDNA refuses the label
+     "url's host must be a host name (labels of letters, digits and hyphens, each at most 63 characters) "
+     "or an IP address"),
     ({"url": "ftp://example.com/x", "events": ["*"]},
      "url must start with https:// (or http:// with webhooks.allow_http), not ftp://"),
     ({"url": "http://example.com/x", "events": ["*"]}, "url must use https (plain http is off: webhooks.allow_http)"),

@@ -28,6 +28,9 @@ def test_public_https_urls_are_accepted(url: str) -> None:
     ("https://169.254.169.254/latest/meta-data", "must not point to a private"),
     ("https://localhost:8443/x", "must not point to a private"),
     ("https://api.localhost/x", "must not point to a private"),
+    # Labels IDNA refuses to decode (an emoji, an empty one): a 500 before.
+    ("https://xn--ls8h.la/", "url's host must be a host name"),
+    ("http://xn--/", "url's host must be a host name"),
 ])
 def test_bad_urls(url: str, message: str) -> None:
     problems = url_problems(url, allow_http=False, allow_private=False)
