@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import sqlite3
 from collections.abc import Callable
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -173,7 +174,13 @@ class Database:
             # (events, cursor result) for a statement that returns nothing.
             driver = conn.connection.driver_connection
             assert driver is not None
-            driver.execute("BEGIN" if readonly else "BEGIN IMMEDIATE")
+            statement = "BEGIN" if readonly else "BEGIN IMMEDIATE"
+            try:
+                driver.execute(statement)
+            except sqlite3.OperationalError as exc:
+                # "database is locked" past busy_timeout: as SQLAlchemy's own, which the API
+                # answers 503 (send again) and the workers retry, not a 500 and a crash.
+                raise sa.exc.OperationalError(statement, None, exc) from exc
 
         return engine
 
