@@ -38,10 +38,11 @@ async def verify_password(password: str, hashed: str | None, rounds: int) -> boo
     dummy of the same cost, so both answers take the same time.
 
     A hash made before passwords were normalized holds the password as it was typed:
-    when the normalized form does not match, the typed one is tried too."""
+    when the normalized form does not match, the typed one is tried too, against the
+    dummy as well (a second check for known accounts only told them apart by time)."""
     target = (hashed or _dummy_hash(rounds)).encode()
     forms = [normalized(password)]
-    if hashed is not None and password != forms[0]:
+    if password != forms[0]:
         forms.append(password)
 
     def check(form: str) -> bool:
