@@ -15,6 +15,7 @@ from daemon.auth import accounts
 from daemon.auth.emails import email_key
 from daemon.auth.guard import current_principal, jwt_only, public
 from daemon.auth.passwords import MAX_PASSWORD_BYTES, normalized
+from daemon.auth.principal import Credential
 from daemon.clock import iso, utcnow
 from daemon.errors import BadRequest, Forbidden, NotFound
 from daemon.http.context import client_ip, enforce_limit, limited_per_ip, no_content, services
@@ -352,10 +353,14 @@ async def verify() -> dict[str, Any]:
 
 
 @blueprint.get("/sessions")
+@jwt_only
+@security_scheme(ACCESS_TOKEN)
 @validate_querystring(PageQuery)
 @document_response(SessionPage)
+@error_responses(403)
 async def list_sessions(query_args: PageQuery) -> dict[str, Any]:
-    """Active refresh sessions of the current user, newest first."""
+    """Active refresh sessions of the current user, newest first. Needs an access token: a
+    person's logins, with their addresses, are not a script's to read."""
     p = current_principal()
     rows = await services().db.read(repo.list_sessions, p.user_id, utcnow(), query_args.limit, query_args.cursor)
     return page(rows, query_args.limit, lambda r: {
@@ -365,8 +370,13 @@ async def list_sessions(query_args: PageQuery) -> dict[str, Any]:
 
 
 @blueprint.delete("/sessions/<session_id>")
+@jwt_only
+@security_scheme(ACCESS_TOKEN)
 @document_response(NoContent, 204)
+@error_responses(403)
 async def delete_session(session_id: str) -> Response:
+    """End one session. Needs an access token, as `logout-all` does: a leaked API key would
+    otherwise sign its owner out everywhere."""
     if not await services().db.run(repo.revoke_session, current_principal().user_id, session_id, utcnow()):
         raise NotFound("Session not found")
     return no_content()
@@ -400,8 +410,14 @@ async def list_api_keys(query_args: PageQuery) -> dict[str, Any]:
 
 @blueprint.delete("/api-keys/<key_id>")
 @document_response(NoContent, 204)
+@error_responses(403)
 async def revoke_api_key(key_id: str) -> Response:
-    user_id = current_principal().user_id
+    """Revoke a key. An API key may revoke itself (a key found leaked); another key, which
+    may hold a higher role, only an access token revokes."""
+    p = current_principal()
+    if p.credential is Credential.API_KEY and key_id != p.api_key_id:
+        raise Forbidden("An API key may revoke only itself; revoking another key needs an access token")
+    user_id = p.user_id
     if not await services().db.run(repo.revoke_api_key, user_id, key_id, utcnow()):
         raise NotFound("API key not found")
     accounts.log.info("API key revoked", extra={"action": "auth.api_key_revoked", "user_id": user_id,

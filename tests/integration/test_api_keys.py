@@ -218,6 +218,27 @@ async def test_a_key_may_revoke_itself(client) -> None:
     await error_body(await client.get("/api/auth/me", headers=bearer(key["apiKey"])), 401)
 
 
+async def test_a_key_revokes_no_other_key_nor_any_session(client) -> None:
+    """Before: a leaked USER key of an admin revoked the admin's ADMIN keys, and ended every
+    session of its owner one by one, which logout-all refuses to a key."""
+    people = await admin_and_user(client)
+    admin_token = people.admin["accessToken"]
+    user_key = await create_key(client, admin_token, "reporting", role="USER")
+    admin_key = await create_key(client, admin_token, "ops", role="ADMIN")
+    r = await client.delete(f"/api/auth/api-keys/{admin_key['id']}", headers=bearer(user_key["apiKey"]))
+    body = await error_body(r, 403)
+    assert body["message"] == "An API key may revoke only itself; revoking another key needs an access token"
+    assert await status_of(client, admin_key["apiKey"], "/api/admin/stats") == 200
+    r = await client.get("/api/auth/sessions", headers=bearer(admin_key["apiKey"]))
+    await error_body(r, 403)
+    sessions = (await (await client.get("/api/auth/sessions", headers=bearer(admin_token))).get_json())["data"]
+    r = await client.delete(f"/api/auth/sessions/{sessions[0]['id']}", headers=bearer(admin_key["apiKey"]))
+    await error_body(r, 403)
+    assert await status_of(client, admin_token) == 200  # still signed in
+    r = await client.delete(f"/api/auth/api-keys/{admin_key['id']}", headers=bearer(admin_token))
+    assert r.status_code == 204
+
+
 async def test_another_users_key_is_404_and_keeps_working(client) -> None:
     people = await admin_and_user(client)
     theirs = await create_key(client, people.admin["accessToken"], "admin's")
