@@ -54,7 +54,9 @@ class AddressRefused(DocexError):
     """
 
     def __init__(self, host: str, address: IPAddress, reason: str, *, literal: bool, setting: str) -> None:
-        where = f"{address} is" if literal else f"{host} resolves to {address},"
+        # Not which address a name stands for: the message reaches users (a delivery's
+        # lastError), and would answer their DNS lookups of internal names.
+        where = f"{address} is" if literal else f"{host} resolves to"
         super().__init__(f"refused to connect: {where} {reason} ({setting} is off)")
         self.host, self.address, self.reason, self.literal = host, address, reason, literal
 

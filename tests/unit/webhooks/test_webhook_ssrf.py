@@ -75,9 +75,13 @@ async def test_literal_hosts_are_refused_without_a_lookup(host: str) -> None:
         await resolve(host, 443, allow_private=False)
 
 
-async def test_a_name_resolving_to_loopback_is_refused_and_names_the_address() -> None:
-    with pytest.raises(AddressRefused, match=r"localhost resolves to (127\.0\.0\.1|::1), a loopback address"):
+async def test_a_name_resolving_to_loopback_is_refused_without_saying_its_address() -> None:
+    # Before: "localhost resolves to 127.0.0.1, ...": a delivery's lastError answered users'
+    # DNS lookups of internal names.
+    refused = r"^refused to connect: localhost resolves to a loopback address"
+    with pytest.raises(AddressRefused, match=refused) as caught:
         await resolve("localhost", 443, allow_private=False)
+    assert "127.0.0.1" not in str(caught.value) and "::1" not in str(caught.value)
 
 
 async def test_allowing_private_networks_returns_the_checked_address() -> None:
