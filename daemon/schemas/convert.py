@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.schemas.definition import (
     MAX_DEPTH,
+    MAX_ENUM_CHARS,
     MAX_ENUM_VALUES,
     MAX_NAME_CHARS,
     MAX_PROPERTIES,
@@ -92,7 +93,11 @@ def fields_to_schema(fields: Sequence[FieldSpec], *, root: str = "fields") -> di
     problems = _check_fields(fields, root, depth=1, count=[0])  # count: fields seen, at every level
     if problems:
         raise ConversionError(problems)
-    return _object_schema(fields)
+    schema = _object_schema(fields)
+    # What the fields' own rules missed, schemas would refuse: never answer one it cannot save.
+    if problems := check_definition(schema, root="jsonSchema"):
+        raise ConversionError(problems)
+    return schema
 
 
 def _check_fields(fields: Sequence[FieldSpec], path: str, depth: int, count: list[int]) -> list[str]:
@@ -126,6 +131,9 @@ def _check_fields(fields: Sequence[FieldSpec], path: str, depth: int, count: lis
                 json_type = "string" if value_type == "date" else str(value_type)
                 problems += [f"{at}.enum[{j}] must be {TYPE_NOUNS[json_type]}"
                              for j, value in enumerate(field.enum) if not matches_type(json_type, value)]
+                problems += [f"{at}.enum[{j}] must be shorter than or equal to {MAX_ENUM_CHARS} characters"
+                             for j, value in enumerate(field.enum) if isinstance(value, str)
+                             and len(value) > MAX_ENUM_CHARS]
         if field.fields is not None:
             problems += _check_fields(field.fields, f"{at}.fields", depth + 1, count)
     return problems

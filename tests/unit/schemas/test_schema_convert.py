@@ -123,6 +123,11 @@ def test_enum_values_keep_their_json_types() -> None:
      "fields[0] must have either fields (an array of objects) or itemType (an array of scalars)"),
     ([{"name": "s", "type": "string", "fields": [{"name": "a", "type": "string"}]}],
      "fields[0].fields is only allowed on objects and arrays"),
+    # Before: converted, and POST /api/schemas refused what convert answered.
+    ([{"name": "c", "type": "string", "enum": ["EUR", "x" * 201]}],
+     "fields[0].enum[1] must be shorter than or equal to 200 characters"),
+    ([{"name": "l", "type": "array", "itemType": "string", "enum": ["x" * 201]}],
+     "fields[0].enum[0] must be shorter than or equal to 200 characters"),
     ([{"name": "s", "type": "string", "itemType": "string"}], "fields[0].itemType is only allowed on arrays"),
     ([{"name": "a", "type": "string"}, {"name": "a", "type": "number"}],
      'fields[1].name must be unique ("a" is used twice)'),
