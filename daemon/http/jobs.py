@@ -36,6 +36,7 @@ from daemon.integrations.job_sources import SourceIn, job_sources
 from daemon.jobs import filetypes
 from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
+from daemon.jobs.transitions import check_approve
 from daemon.jobs.upload import StoredFile, Upload, file_too_large, receive_upload
 from daemon.schemas.definition import check_result, incomplete_fails, learning_on
 from daemon.storage.ids import looks_like_id
@@ -649,10 +650,28 @@ async def approve_job(job_id: str) -> tuple[dict[str, Any], int, dict[str, str]]
     principal = current_principal()
     owner = None if principal.role == Role.ADMIN else principal.user_id
     job = await services().db.read(repo.get_job, owner, job_id)
+    if job is not None:
+        check_approve(job)  # its own 409 first (checked again as it is written)
+        await _still_matches_schema(job)
     lesson = None if job is None or job.result is None else await _lesson_of(job, job.result)
     job = await services().db.run(_confirmed, lesson, repo.approve_job, job_id, owner, principal.user_id, utcnow(),
                                   expected)
     return _versioned(job)
+
+
+async def _still_matches_schema(job: Job) -> None:
+    """Refuse (409) to approve a result its schema, edited since the job ran, no longer
+    accepts: the same values saved with PATCH /result were a 400, and approving them kept
+    the job complete with a value of the wrong type or a new required one missing."""
+    schema = await services().db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
+    if schema is None:
+        return
+    check = await trio.to_thread.run_sync(check_result, schema.definition, job.result)
+    problems = [f"result{p}" for p in check.problems] + [f"result{p} is required" for p in check.missing]
+    if problems:
+        shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+        raise Conflict(f"The result does not match its schema as it is now ({shown}): "
+                       "correct it with PATCH /result, then approve")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -96,3 +96,28 @@ async def test_a_correction_after_approval_clears_it(
     assert corrected["reviewedAt"] is None and corrected["reviewedBy"] is None
     updates = await events_of(services, job_id=job["id"], types=["job.updated"])
     assert [e.data["job"]["reviewedAt"] is None for e in updates] == [False, True]
+
+
+async def test_a_result_its_edited_schema_refuses_is_not_approved_until_corrected(
+        client: Any, services: Services, alice: dict[str, str], schema_id: str) -> None:
+    """Before: approve trusted the resultMeta of when the job ran, and kept a total of the wrong
+    type and a newly required value missing as a complete, approved result."""
+    job = await _completed(client, services, alice, schema_id)
+    assert job["resultMeta"]["complete"] is True
+    edited = {"type": "object", "required": ["iban"], "properties": {
+        "invoice_number": {"type": "string"}, "total": {"type": "string"}, "iban": {"type": "string"}}}
+    r = await client.patch(f"/api/schemas/{schema_id}", json={"definition": edited}, headers=alice)
+    assert r.status_code == 200, await r.get_json()
+
+    body = await error_of(await client.post(f"/api/jobs/{job['id']}/approve", headers=alice), 409)
+    assert body["message"].startswith("The result does not match its schema as it is now (result/total: ")
+    assert "result/iban is required" in body["message"] and body["message"].endswith(
+        "correct it with PATCH /result, then approve")
+    r = await client.get(f"/api/jobs/{job['id']}", headers=alice)
+    assert (await r.get_json())["reviewedAt"] is None
+
+    fixed = {**job["result"], "total": "12.50", "iban": "DE89370400440532013000"}
+    r = await client.patch(f"/api/jobs/{job['id']}/result", json={"result": fixed}, headers=alice)
+    assert r.status_code == 200, await r.get_json()
+    r = await client.post(f"/api/jobs/{job['id']}/approve", headers=alice)
+    assert r.status_code == 200 and (await r.get_json())["reviewedAt"] is not None
