@@ -245,7 +245,8 @@ def refuse_unusable_requests(app: Quart) -> None:
 
     - a path id that no resource can have (every id is a ULID): 404, before anything
       encodes, seals or queries it (non-ASCII, NUL, `..`, 5,000 characters);
-    - NUL in the query string, which PostgreSQL refuses in a query parameter: 400.
+    - NUL in the query string, which PostgreSQL refuses in a query parameter: 400;
+    - a body past its route's own bound (`small_body`): 413, unread.
 
     Install it after the guard, so a request without credentials is still a 401.
     """
