@@ -167,13 +167,14 @@ def _migrate(args: argparse.Namespace) -> None:
     from daemon.logs import configure_logging
     from daemon.storage.database import Database
     from daemon.storage.migrate import head_revision, upgrade
+    from daemon.webhooks.keys import configured_key
 
-    config = _load(args)
+    config = with_dev_secrets(_load(args))
     configure_logging(config.log.level)
     config.make_data_dir()
     db = Database(config.database_url, pool_size=1)
     try:
-        upgrade(db.engine)
+        upgrade(db.engine, encryption_key=configured_key(config.webhooks))
     except StartupError as exc:
         _fail(exc)
     finally:
@@ -233,6 +234,7 @@ def _account_command(args: argparse.Namespace, body_model: Any, fields: dict[str
     from daemon.http.validation import messages
     from daemon.services import open_services
     from daemon.storage.migrate import upgrade
+    from daemon.webhooks.keys import configured_key
 
     try:
         body = body_model(**fields)
@@ -245,7 +247,8 @@ def _account_command(args: argparse.Namespace, body_model: Any, fields: dict[str
 
     async def run() -> Any:
         async with open_services(config) as services:
-            await trio.to_thread.run_sync(upgrade, services.db.engine)
+            await trio.to_thread.run_sync(functools.partial(
+                upgrade, services.db.engine, encryption_key=configured_key(services.config.webhooks)))
             return await act(services, body)
 
     try:

@@ -14,8 +14,10 @@ associated data; callers translate it at their seam.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from typing import Any
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -62,3 +64,14 @@ def unseal(key: bytes, sealed: bytes, *, associated_data: bytes) -> bytes:
         return AESGCM(key).decrypt(nonce, body, associated_data)
     except InvalidTag:
         raise SealError("the sealed value does not open with this key and associated data") from None
+
+
+def seal_json(key: bytes, value: Any, *, associated_data: bytes) -> bytes:
+    """`seal` of `value` written as compact JSON (a document of credentials, a set of headers)."""
+    return seal(key, json.dumps(value, separators=(",", ":")).encode("utf-8"),
+                associated_data=associated_data)
+
+
+def unseal_json(key: bytes, sealed: bytes, *, associated_data: bytes) -> Any:
+    """The value `seal_json` sealed; raises `SealError` as `unseal` does."""
+    return json.loads(unseal(key, bytes(sealed), associated_data=associated_data))

@@ -39,6 +39,7 @@ from daemon.services import ProcessRole, Services, open_services
 from daemon.storage.migrate import upgrade
 from daemon.systemd import Notifier
 from daemon.webhooks.dispatcher import run_dispatcher
+from daemon.webhooks.keys import configured_key
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,8 @@ async def serve(
         warn_if_ocr_missing(config.extraction.ocr_engine)
     async with open_services(config, role) as services:
         if migrate:
-            await trio.to_thread.run_sync(upgrade, services.db.engine)
+            await trio.to_thread.run_sync(functools.partial(
+                upgrade, services.db.engine, encryption_key=configured_key(services.config.webhooks)))
         async with trio.open_nursery() as root:
             await root.start(_handle_signals, services, source, notifier, root.cancel_scope)
             await root.start(notifier.run_watchdog)

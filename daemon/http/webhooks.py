@@ -19,7 +19,8 @@ from sqlalchemy.engine import Connection
 from daemon.auth.guard import current_principal
 from daemon.clock import utcnow
 from daemon.config import WebhooksConfig
-from daemon.errors import BadRequest
+from daemon.crypto import SealError
+from daemon.errors import ApiError, BadRequest
 from daemon.events import CATALOG
 from daemon.http.context import no_content, services
 from daemon.http.models import ApiModel, IsoDateTime
@@ -28,7 +29,7 @@ from daemon.http.pagination import PageQuery, page
 from daemon.http.validation import in_utc
 from daemon.storage.ids import new_id
 from daemon.storage.repos import webhooks as repo
-from daemon.webhooks.keys import seal_secret
+from daemon.webhooks.keys import open_headers, seal_headers, seal_secret
 from daemon.webhooks.models import (
     EXAMPLES,
     PING,
@@ -38,9 +39,15 @@ from daemon.webhooks.models import (
     DeliveryMode,
     DeliveryStatus,
 )
-from daemon.webhooks.records import Delivery, attempt_json, delivery_json, endpoint_json
+from daemon.webhooks.records import Delivery, WebhookEndpoint, attempt_json, delivery_json, endpoint_json
 from daemon.webhooks.signing import new_signing_secret
-from daemon.webhooks.validation import MAX_URL_LENGTH, events_problems, header_problems, url_problems
+from daemon.webhooks.validation import (
+    MAX_URL_LENGTH,
+    events_problems,
+    header_problems,
+    url_problems,
+    with_kept_values,
+)
 
 blueprint = Blueprint("webhooks", __name__, url_prefix="/api/webhooks")
 tag_blueprint(blueprint, ["webhooks"])
@@ -78,7 +85,8 @@ class UpdateEndpointBody(ApiModel):
     deliveryMode: DeliveryMode | None = None
     events: list[str] | None = Field(default=None, max_length=MAX_PATTERNS)
     bodyFormat: BodyFormat | None = None
-    customHeaders: dict[str, str] | None = None
+    customHeaders: dict[str, str] | None = Field(
+        default=None, description='the whole set; "********" for a credential header keeps its stored value')
     enabled: StrictBool | None = None
 
 
@@ -125,7 +133,8 @@ class EndpointOut(ApiModel):
     deliveryMode: DeliveryMode
     events: list[str]
     bodyFormat: BodyFormat
-    customHeaders: dict[str, str]
+    customHeaders: dict[str, str] = Field(
+        description='the value of a header whose name says it carries a credential is "********"')
     enabled: bool
     disabledReason: str | None
     consecutiveDeadDeliveries: int
@@ -211,12 +220,25 @@ def _settings_problems(config: WebhooksConfig, *, url: str | None, mode: str | N
     return problems
 
 
+def _headers(config: WebhooksConfig, row: WebhookEndpoint) -> dict[str, str]:
+    try:
+        return open_headers(config, row.id, row.custom_headers_sealed)
+    except SealError:
+        raise ApiError("the endpoint's custom headers do not open with WEBHOOK_ENCRYPTION_KEY "
+                       "(was the key changed?)") from None
+
+
+def _shown(config: WebhooksConfig, row: WebhookEndpoint, schema_ids: list[str]) -> dict[str, Any]:
+    return endpoint_json(row, schema_ids, _headers(config, row))
+
+
 async def _endpoint_body(endpoint_id: str) -> dict[str, Any]:
     user_id = current_principal().user_id
+    config = services().config.webhooks
 
     def load(conn: Connection) -> dict[str, Any]:
         row = repo.owned_endpoint(conn, user_id, endpoint_id)
-        return endpoint_json(row, repo.bound_schemas(conn, user_id, [row.id])[row.id])
+        return _shown(config, row, repo.bound_schemas(conn, user_id, [row.id])[row.id])
 
     return await services().db.read(load)
 
@@ -244,8 +266,10 @@ async def event_catalog() -> dict[str, Any]:
 @error_responses(409)
 async def create_endpoint(data: CreateEndpointBody) -> tuple[dict[str, Any], int]:
     """Register an endpoint; the answer carries its `signingSecret`, shown only here and on rotation."""
-    problems = _settings_problems(services().config.webhooks, url=data.url, mode=data.deliveryMode,
-                                  events=data.events, headers=data.customHeaders)
+    config = services().config.webhooks
+    headers, problems = with_kept_values(data.customHeaders, {})
+    problems += _settings_problems(config, url=data.url, mode=data.deliveryMode, events=data.events,
+                                   headers=headers)
     if problems:
         raise BadRequest(problems)
     endpoint_id = new_id()
@@ -253,11 +277,11 @@ async def create_endpoint(data: CreateEndpointBody) -> tuple[dict[str, Any], int
     row = await services().db.run(
         repo.create_endpoint, endpoint_id=endpoint_id, user_id=current_principal().user_id, url=data.url,
         description=data.description, delivery_mode=data.deliveryMode, events=data.events,
-        body_format=data.bodyFormat, custom_headers=data.customHeaders,
-        secret_sealed=seal_secret(services().config.webhooks, endpoint_id, secret), now=utcnow(),
-        max_endpoints=services().config.webhooks.max_endpoints_per_user,
+        body_format=data.bodyFormat, custom_headers_sealed=seal_headers(config, endpoint_id, headers),
+        secret_sealed=seal_secret(config, endpoint_id, secret), now=utcnow(),
+        max_endpoints=config.max_endpoints_per_user,
     )
-    return endpoint_json(row, []) | {"signingSecret": secret}, 201
+    return endpoint_json(row, [], headers) | {"signingSecret": secret}, 201
 
 
 @blueprint.get("")
@@ -266,11 +290,12 @@ async def create_endpoint(data: CreateEndpointBody) -> tuple[dict[str, Any], int
 async def list_endpoints(query_args: PageQuery) -> dict[str, Any]:
     """The caller's endpoints, newest first."""
     user_id = current_principal().user_id
+    config = services().config.webhooks
 
     def load(conn: Connection) -> dict[str, Any]:
         rows = repo.list_endpoints(conn, user_id, query_args.limit, query_args.cursor)
         bound = repo.bound_schemas(conn, user_id, [row.id for row in rows])
-        return page(rows, query_args.limit, lambda row: endpoint_json(row, bound[row.id]))
+        return page(rows, query_args.limit, lambda row: _shown(config, row, bound[row.id]))
 
     return await services().db.read(load)
 
@@ -290,8 +315,7 @@ async def update_endpoint(endpoint_id: str, data: UpdateEndpointBody) -> dict[st
     given = data.model_dump(exclude_unset=True)
     changes: dict[str, Any] = {}
     for field, column in (("url", "url"), ("deliveryMode", "delivery_mode"), ("events", "events"),
-                          ("bodyFormat", "body_format"), ("customHeaders", "custom_headers"),
-                          ("enabled", "enabled")):
+                          ("bodyFormat", "body_format"), ("enabled", "enabled")):
         if given.get(field) is not None:
             changes[column] = given[field]
     if "description" in given:
@@ -299,19 +323,25 @@ async def update_endpoint(endpoint_id: str, data: UpdateEndpointBody) -> dict[st
     config = services().config.webhooks
 
     def unit(conn: Connection) -> dict[str, Any]:
-        current = repo.owned_endpoint(conn, user_id, endpoint_id)
+        current = repo.owned_endpoint(conn, user_id, endpoint_id, lock=True)
         mode_or_events = "delivery_mode" in changes or "events" in changes
-        problems = _settings_problems(
+        headers: dict[str, str] | None = None
+        problems: list[str] = []
+        if given.get("customHeaders") is not None:
+            headers, problems = with_kept_values(given["customHeaders"], _headers(config, current))
+        problems += _settings_problems(
             config,
             url=changes.get("url"),
             mode=changes.get("delivery_mode", current.delivery_mode) if mode_or_events else None,
             events=changes.get("events", list(current.events)) if mode_or_events else None,
-            headers=changes.get("custom_headers"),
+            headers=headers,
         )
         if problems:
             raise BadRequest(problems)
+        if headers is not None:
+            changes["custom_headers_sealed"] = seal_headers(config, endpoint_id, headers)
         row = repo.update_endpoint(conn, user_id, endpoint_id, changes, utcnow())
-        return endpoint_json(row, repo.bound_schemas(conn, user_id, [row.id])[row.id])
+        return _shown(config, row, repo.bound_schemas(conn, user_id, [row.id])[row.id])
 
     return await services().db.run(unit)
 

@@ -5,11 +5,10 @@ sealed value copied to another integration does not open there.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from daemon.config import Config
-from daemon.crypto import key_from_hex, seal, unseal
+from daemon.crypto import key_from_hex, seal_json, unseal_json
 from daemon.errors import ConfigError
 
 
@@ -29,8 +28,7 @@ def _key(config: Config) -> bytes:
 
 
 def seal_secrets(config: Config, integration_id: str, secrets: dict[str, Any]) -> bytes:
-    plain = json.dumps(secrets, separators=(",", ":"), sort_keys=True).encode("utf-8")
-    return seal(_key(config), plain, associated_data=_associated_data(integration_id))
+    return seal_json(_key(config), secrets, associated_data=_associated_data(integration_id))
 
 
 def open_secrets(config: Config, integration_id: str, sealed: bytes | None) -> dict[str, Any]:
@@ -41,6 +39,5 @@ def open_secrets(config: Config, integration_id: str, sealed: bytes | None) -> d
     """
     if not sealed:
         return {}
-    plain = unseal(_key(config), bytes(sealed), associated_data=_associated_data(integration_id))
-    value: dict[str, Any] = json.loads(plain)
+    value: dict[str, Any] = unseal_json(_key(config), sealed, associated_data=_associated_data(integration_id))
     return value

@@ -23,17 +23,20 @@ if TYPE_CHECKING:
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest revision in migrations/versions/: start-up and /api/ready compare the database
 # with it. tests/integration/test_storage.py fails if a new migration does not move it.
-HEAD = "0013"
+HEAD = "0014"
 # Several processes may start at once over one PostgreSQL database: one migrates, the rest wait.
 _PG_MIGRATION_LOCK = 0x646F636578  # "docex"
 
 
-def alembic_config(connection: Connection | None = None) -> AlembicConfig:
+def alembic_config(connection: Connection | None = None, encryption_key: bytes | None = None) -> AlembicConfig:
+    """`encryption_key`: WEBHOOK_ENCRYPTION_KEY, for migrations that seal what was stored
+    in plain text (0014) or open it again on the way down."""
     from alembic.config import Config as AlembicConfig
 
     cfg = AlembicConfig()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     cfg.attributes["connection"] = connection
+    cfg.attributes["encryption_key"] = encryption_key
     return cfg
 
 
@@ -67,8 +70,9 @@ def _newer(revision: str | None) -> bool:
     return revision is not None and not (revision.isdigit() and int(revision) <= int(HEAD))
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply pending migrations (blocking; run it off the trio thread).
+def upgrade(engine: Engine, revision: str = "head", *, encryption_key: bytes | None = None) -> None:
+    """Apply pending migrations (blocking; run it off the trio thread). `encryption_key`:
+    see `alembic_config`.
 
     Raises:
         StartupError: the database cannot be reached (the first thing `docex serve`,
@@ -96,14 +100,14 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                                "docex that migrated it, or restore a backup made before")
         from alembic import command
 
-        command.upgrade(alembic_config(conn), revision)
+        command.upgrade(alembic_config(conn, encryption_key), revision)
         logging.getLogger(__name__).info("database migrated from %s to %s", before or "empty",
                                          HEAD if revision == "head" else revision,
                                          extra={"action": "db.migrated"})
 
 
-def downgrade(engine: Engine, revision: str) -> None:
+def downgrade(engine: Engine, revision: str, *, encryption_key: bytes | None = None) -> None:
     from alembic import command
 
     with engine.begin() as conn:
-        command.downgrade(alembic_config(conn), revision)
+        command.downgrade(alembic_config(conn, encryption_key), revision)

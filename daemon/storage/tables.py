@@ -238,9 +238,10 @@ webhook_endpoints = sa.Table(
     sa.Column("delivery_mode", sa.String(10), nullable=False),
     sa.Column("events", sa.JSON, nullable=False),
     sa.Column("body_format", sa.String(20), nullable=False),
-    sa.Column("custom_headers", sa.JSON, nullable=False),
-    # AES-256-GCM under WEBHOOK_ENCRYPTION_KEY, bound to the row (daemon.crypto). During a
+    # AES-256-GCM under WEBHOOK_ENCRYPTION_KEY, bound to the row (daemon.webhooks.keys): the
+    # custom headers as one JSON object (NULL for none), and the signing secret. During a
     # rotation's overlap the previous secret still signs, until previous_secret_expires_at.
+    sa.Column("custom_headers_sealed", sa.LargeBinary),
     sa.Column("secret_sealed", sa.LargeBinary, nullable=False),
     sa.Column("previous_secret_sealed", sa.LargeBinary),
     sa.Column("previous_secret_expires_at", UTCDateTime),

@@ -45,7 +45,7 @@ from daemon.services import Services
 from daemon.storage.repos import webhooks as repo
 from daemon.wakeup import Wakeup, wait_any
 from daemon.webhooks import bodies, schedule, sender
-from daemon.webhooks.keys import open_secret
+from daemon.webhooks.keys import open_headers, open_secret
 from daemon.webhooks.models import DeliveryStatus
 from daemon.webhooks.records import ClaimedDelivery
 from daemon.webhooks.signing import signature_header
@@ -145,7 +145,8 @@ async def _claim_loop(services: Services, client: httpx.AsyncClient, owner: str,
 
 
 def _request(services: Services, delivery: ClaimedDelivery, now_s: int) -> tuple[bytes, dict[str, str]]:
-    """The body and headers of one attempt (raises SealError if the secret does not open)."""
+    """The body and headers of one attempt (raises SealError if the secret or the custom
+    headers do not open)."""
     config = services.config.webhooks
     envelope: bodies.Envelope = {"id": delivery.event_id, "type": delivery.event_type, "data": delivery.data,
                                  "occurredAt": iso(delivery.occurred_at) or ""}
@@ -159,7 +160,7 @@ def _request(services: Services, delivery: ClaimedDelivery, now_s: int) -> tuple
         event_type=delivery.event_type,
         timestamp=now_s,
         signature=signature_header(keys, now_s, body),
-        custom=delivery.custom_headers,
+        custom=open_headers(config, delivery.endpoint_id, delivery.custom_headers_sealed),
     )
     return body, headers
 
@@ -213,8 +214,8 @@ async def _attempt(services: Services, client: httpx.AsyncClient, delivery: Clai
         return await sender.send(client, url=delivery.url, body=body, headers=headers,
                                  timeout_s=config.timeout_ms / 1000, allow_private=config.allow_private_networks)
     except SealError:
-        return sender.Outcome(duration_ms=0, error="the signing secret does not open with WEBHOOK_ENCRYPTION_KEY "
-                                                   "(was the key changed?)")
+        return sender.Outcome(duration_ms=0, error="the signing secret or custom headers do not open with "
+                                                   "WEBHOOK_ENCRYPTION_KEY (was the key changed?)")
     except Exception as exc:  # a bug, not the receiver: keep the dispatcher, retry the delivery
         log.exception("delivery attempt crashed", extra={"action": "webhooks.crashed", "delivery_id": delivery.id})
         return sender.Outcome(duration_ms=0, error=f"internal error ({type(exc).__name__}); see the daemon log")

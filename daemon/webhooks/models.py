@@ -17,6 +17,7 @@ once the lease has expired.
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Any, Final
 
@@ -60,6 +61,17 @@ SEND = "webhook.send"
 RESERVED_PREFIXES: Final = ("job.", "job_run.")
 
 MAX_CUSTOM_HEADERS = 20
+# A custom header whose name says it carries a credential is shown with this in place of
+# its value, which only deliveries read. Sent back in a PATCH for a header the endpoint
+# has, it keeps the stored value: the console sends an endpoint's headers back whole.
+MASKED_HEADER_VALUE = "********"
+_CREDENTIAL_NAME = re.compile(r"auth|cookie|token|secret|passw|key|credential|session|signature", re.IGNORECASE)
+
+
+def is_credential_header(name: str) -> bool:
+    return _CREDENTIAL_NAME.search(name) is not None
+
+
 RESPONSE_BODY_MAX_BYTES = 1024
 
 

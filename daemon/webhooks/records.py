@@ -16,7 +16,13 @@ from typing import Any
 from sqlalchemy.engine import Row
 
 from daemon.clock import iso
-from daemon.webhooks.models import BodyFormat, DeliveryMode, DeliveryStatus
+from daemon.webhooks.models import (
+    MASKED_HEADER_VALUE,
+    BodyFormat,
+    DeliveryMode,
+    DeliveryStatus,
+    is_credential_header,
+)
 
 # A row of any number of columns (a claim selects from three tables).
 AnyRow = Row[*tuple[Any, ...]]
@@ -31,8 +37,8 @@ class WebhookEndpoint:
     delivery_mode: DeliveryMode
     events: tuple[str, ...]
     body_format: BodyFormat
-    custom_headers: dict[str, str]
-    # Sealed (AES-256-GCM, daemon.crypto); kept out of reprs all the same.
+    # Sealed (AES-256-GCM, daemon.webhooks.keys); kept out of reprs all the same.
+    custom_headers_sealed: bytes | None = field(repr=False)
     secret_sealed: bytes = field(repr=False)
     previous_secret_sealed: bytes | None = field(repr=False)
     previous_secret_expires_at: dt.datetime | None
@@ -49,7 +55,6 @@ class WebhookEndpoint:
             "delivery_mode": DeliveryMode(values["delivery_mode"]),
             "events": tuple(values["events"]),
             "body_format": BodyFormat(values["body_format"]),
-            "custom_headers": dict(values["custom_headers"] or {}),
             "enabled": bool(values["enabled"]),
         })
 
@@ -105,7 +110,7 @@ class ClaimedDelivery:
     created_at: dt.datetime
     url: str
     body_format: BodyFormat
-    custom_headers: dict[str, str]
+    custom_headers_sealed: bytes | None = field(repr=False)
     secret_sealed: bytes = field(repr=False)
     previous_secret_sealed: bytes | None = field(repr=False)
     previous_secret_expires_at: dt.datetime | None
@@ -115,10 +120,7 @@ class ClaimedDelivery:
     @classmethod
     def from_row(cls, row: AnyRow) -> ClaimedDelivery:
         values = _values(row, _CLAIMED_FIELDS)
-        return cls(**values | {
-            "body_format": BodyFormat(values["body_format"]),
-            "custom_headers": dict(values["custom_headers"] or {}),
-        })
+        return cls(**values | {"body_format": BodyFormat(values["body_format"])})
 
     def previous_secret_signs(self, now_s: float) -> bool:
         """The previous secret (after a rotation) still signs at `now_s` (a Unix time)."""
@@ -136,8 +138,9 @@ _ATTEMPT_FIELDS = tuple(f.name for f in fields(DeliveryAttempt))
 _CLAIMED_FIELDS = tuple(f.name for f in fields(ClaimedDelivery))
 
 
-def endpoint_json(row: WebhookEndpoint, schema_ids: list[str]) -> dict[str, Any]:
-    """The endpoint object of SPEC §9 (never the secret: create and rotate add it)."""
+def endpoint_json(row: WebhookEndpoint, schema_ids: list[str], headers: dict[str, str]) -> dict[str, Any]:
+    """The endpoint object of SPEC §9, given its opened custom `headers`: never the secret
+    (create and rotate add it), nor the value of a header that carries a credential."""
     return {
         "id": row.id,
         "url": row.url,
@@ -145,7 +148,8 @@ def endpoint_json(row: WebhookEndpoint, schema_ids: list[str]) -> dict[str, Any]
         "deliveryMode": row.delivery_mode,
         "events": list(row.events),
         "bodyFormat": row.body_format,
-        "customHeaders": dict(row.custom_headers),
+        "customHeaders": {name: MASKED_HEADER_VALUE if is_credential_header(name) else value
+                          for name, value in headers.items()},
         "enabled": row.enabled,
         "disabledReason": row.disabled_reason,
         "consecutiveDeadDeliveries": row.consecutive_dead_deliveries,

@@ -13,6 +13,7 @@ Custom headers: at most 20; names are HTTP tokens (RFC 9110 §5.6.2) of at most
 printable ASCII (tab allowed), at most 4096 characters; none may be
 ``Content-Type``, an ``X-Webhook-*`` header, or a header that frames the
 request (Host, Content-Length, Transfer-Encoding, Connection, …), in any case.
+A credential header's value is shown masked; sent back masked, it keeps the value stored.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Collection, Mapping, Sequence
 import httpx
 
 from daemon.webhooks import ssrf
-from daemon.webhooks.models import MAX_CUSTOM_HEADERS, DeliveryMode
+from daemon.webhooks.models import MASKED_HEADER_VALUE, MAX_CUSTOM_HEADERS, DeliveryMode, is_credential_header
 from daemon.webhooks.routing import valid_pattern
 
 MAX_URL_LENGTH = 2048
@@ -139,3 +140,21 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
             problems.append(
                 f"customHeaders.{name} must be shorter than or equal to {MAX_HEADER_VALUE_LENGTH} characters")
     return problems
+
+
+def with_kept_values(sent: Mapping[str, str], stored: Mapping[str, str]) -> tuple[dict[str, str], list[str]]:
+    """`sent`, each credential header sent back masked given the value `stored` for it
+    (its name matched in any case); a problem for a masked value with none stored."""
+    stored_by_name = {name.lower(): value for name, value in stored.items()}
+    headers: dict[str, str] = {}
+    problems: list[str] = []
+    for name, value in sent.items():
+        if value == MASKED_HEADER_VALUE and len(name) <= MAX_HEADER_NAME_LENGTH and is_credential_header(name):
+            kept = stored_by_name.get(name.lower())
+            if kept is None:
+                problems.append(f"customHeaders.{name} is {MASKED_HEADER_VALUE}, which keeps the value stored, and "
+                                "this endpoint stores none: send the value")
+                continue
+            value = kept
+        headers[name] = value
+    return headers, problems

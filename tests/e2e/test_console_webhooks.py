@@ -125,6 +125,9 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         page.get_by_role("button", name="Add header").click()
         page.get_by_label("Header 1 name").fill("X-Team")
         page.get_by_label("Header 1 value").fill("ledger")
+        page.get_by_role("button", name="Add header").click()
+        page.get_by_label("Header 2 name").fill("Authorization")
+        page.get_by_label("Header 2 value").fill("Bearer console-t0ken")
         page.get_by_role("button", name="Create endpoint").click()
 
         # The secret shows once, with a copy button and a warning.
@@ -139,7 +142,8 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         [endpoint] = endpoints()
         assert "signingSecret" not in endpoint and secret not in json.dumps(endpoint)
         assert endpoint["events"] == ["job.completed", "job_run.*"]
-        assert endpoint["customHeaders"] == {"X-Team": "ledger"}
+        # A credential header's value is never shown again.
+        assert endpoint["customHeaders"] == {"X-Team": "ledger", "Authorization": "********"}
         assert endpoint["description"] == HOSTILE
         row = page.get_by_role("row").filter(has=page.get_by_role("link", name=receiver.url()))
         expect(row).to_contain_text("job.completed, job_run.*")
@@ -152,7 +156,7 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         page.get_by_role("heading", name="Webhooks", exact=True).wait_for()
         expect(page.get_by_role("link", name=receiver.url())).to_be_visible()
         expect(page.locator(".secret")).to_have_count(0)
-        assert secret not in page.content()
+        assert secret not in page.content() and "console-t0ken" not in page.content()
         console.shot("webhooks")
 
         # The endpoint's page: a test event reaches the receiver, signed with that secret.
@@ -163,7 +167,7 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         envelope = verified(ping, secret)
         assert envelope["type"] == "webhook.ping"
         assert envelope["data"] == {"endpointId": endpoint["id"], "message": "ping"}
-        assert ping.headers["x-team"] == "ledger"
+        assert ping.headers["x-team"] == "ledger" and ping.headers["authorization"] == "Bearer console-t0ken"
 
         deliveries = page.get_by_role("table", name="Deliveries, newest first")
         expect(deliveries.get_by_role("row").filter(has_text="webhook.ping")).to_contain_text("SUCCEEDED")
@@ -215,13 +219,18 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         page.get_by_text("Settings", exact=True).click()
         page.get_by_label("Description").fill("ledger sync")
         page.get_by_label("job.failed", exact=True).check()
+        console.shot("webhook-settings")
         page.get_by_role("button", name="Save changes").click()
         page.get_by_text("Settings saved.").wait_for()
         edited = endpoints()[0]
         assert edited["description"] == "ledger sync"
         assert edited["events"] == ["job.completed", "job.failed", "job_run.*"]
+        # The form sent the masked header back as it showed it: the stored value is kept.
+        expect(page.get_by_label("Header 2 value")).to_have_value("********")
+        page.get_by_role("button", name="Send test").click()
+        assert receiver.wait_for(4, explain=delivery_log)[3].headers["authorization"] == "Bearer console-t0ken"
 
-        # The log is paged: 20 deliveries a page (3 pings so far, then 20 manual sends).
+        # The log is paged: 20 deliveries a page (4 pings so far, then 20 manual sends).
         for n in range(20):
             sent = httpx.post(console.daemon.url(f"/api/webhooks/{endpoint['id']}/send"), headers=auth,
                               json={"data": {"n": n}})
@@ -231,8 +240,8 @@ def test_endpoint_secret_test_delivery_replay_rotate_and_delete(start_daemon: Ca
         expect(deliveries.get_by_role("row").nth(1)).to_contain_text("webhook.send")
         page.get_by_role("button", name="Next page").click()
         page.get_by_text("Page 2").wait_for()
-        expect(deliveries.get_by_role("row")).to_have_count(4)
-        expect(deliveries.get_by_role("row").filter(has_text="webhook.ping")).to_have_count(3)
+        expect(deliveries.get_by_role("row")).to_have_count(5)
+        expect(deliveries.get_by_role("row").filter(has_text="webhook.ping")).to_have_count(4)
         page.get_by_role("button", name="Previous page").click()
         expect(deliveries.get_by_role("row")).to_have_count(21)
 

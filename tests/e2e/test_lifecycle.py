@@ -18,8 +18,10 @@ import pytest
 import sqlalchemy as sa
 import trio
 from e2e_helpers import STARTUP
+from webhooks_0013 import insert_plain_endpoints, sealed_headers
 
-from daemon.storage.migrate import head_revision
+from daemon.storage.migrate import head_revision, upgrade
+from daemon.webhooks.keys import open_headers_with
 
 LOG_KEYS = {"ts", "level", "logger", "msg"}
 
@@ -356,6 +358,22 @@ async def test_migrate_prints_the_revision_and_exits_0(run_docex, database_url) 
 
     again = await run_docex("migrate")  # idempotent
     assert again.returncode == 0 and head_revision() in again.stdout
+
+
+async def test_migrate_seals_webhook_headers_stored_in_plain_text(run_docex, database_url) -> None:
+    """Upgrading from a docex that stored custom headers in plain JSON (revision 0013)."""
+    key = "ab" * 32
+    engine = sa.create_engine(database_url)
+    try:
+        upgrade(engine, "0013")
+        insert_plain_endpoints(engine, {"e1": {"Authorization": "Bearer plain-t0ken"}})
+        result = await run_docex("migrate", env={"WEBHOOK_ENCRYPTION_KEY": key})
+        assert result.returncode == 0, result.stderr
+        sealed = sealed_headers(engine)["e1"]
+        assert sealed is not None and b"plain-t0ken" not in sealed
+        assert open_headers_with(bytes.fromhex(key), "e1", sealed) == {"Authorization": "Bearer plain-t0ken"}
+    finally:
+        engine.dispose()
 
 
 async def test_config_check_masks_secrets(run_docex) -> None:

@@ -81,7 +81,7 @@ async def test_two_endpoints_deleted_at_once_are_both_unbound_from_a_schema(
         for endpoint_id in ("endpoint-a", "endpoint-b"):
             webhooks.create_endpoint(conn, endpoint_id=endpoint_id, user_id=user_id, url="https://example.com/hook",
                                      description=None, delivery_mode="AUTOMATIC", events=["job.completed"],
-                                     body_format="JSON", custom_headers={}, secret_sealed=b"sealed", now=now,
+                                     body_format="JSON", custom_headers_sealed=None, secret_sealed=b"sealed", now=now,
                                      max_endpoints=25)
         row = schemas.create_schema(conn, user_id=user_id, name="Bound", description=None,
                                     definition={"type": "object", "properties": {"a": {"type": "string"}}},
@@ -107,7 +107,7 @@ async def delivered_job(client: Any, services: Any, auth: dict[str, str]) -> tup
         job_id = conn.execute(sa.select(jobs_table.c.id).where(jobs_table.c.job_run_id == run_id)).scalar_one()
         endpoint = webhooks.create_endpoint(
             conn, endpoint_id="endpoint-r", user_id=user_id, url="https://example.com/hook", description=None,
-            delivery_mode="AUTOMATIC", events=["job.completed"], body_format="JSON", custom_headers={},
+            delivery_mode="AUTOMATIC", events=["job.completed"], body_format="JSON", custom_headers_sealed=None,
             secret_sealed=b"sealed", now=now, max_endpoints=25)
         record_event(conn, user_id=user_id, type="job.completed", data={}, now=now, schema_id=schema_id,
                      job_id=job_id, endpoint_id=endpoint.id)

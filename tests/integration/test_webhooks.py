@@ -106,7 +106,7 @@ async def test_create_get_list_patch_delete(client: Any, alice: dict[str, str]) 
     })
     assert patched | {"updatedAt": None} == shown | {
         "url": "https://other.example.com/x", "description": "Accounting", "deliveryMode": "MANUAL", "events": [],
-        "bodyFormat": "XML", "customHeaders": {"Authorization": "Bearer t0k3n", "X-Tenant": "7"}, "updatedAt": None}
+        "bodyFormat": "XML", "customHeaders": {"Authorization": "********", "X-Tenant": "7"}, "updatedAt": None}
     assert "signingSecret" not in patched
     again = await call(client, "patch", url, alice, 200, json={"description": None})
     assert again["description"] is None and again["bodyFormat"] == "XML"

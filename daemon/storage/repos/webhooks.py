@@ -37,7 +37,8 @@ from daemon.webhooks.models import DUE_STATUSES, DeliveryStatus
 from daemon.webhooks.records import ClaimedDelivery, Delivery, DeliveryAttempt, WebhookEndpoint
 
 # Columns a PATCH may change.
-UPDATABLE = frozenset({"url", "description", "delivery_mode", "events", "body_format", "custom_headers", "enabled"})
+UPDATABLE = frozenset({"url", "description", "delivery_mode", "events", "body_format", "custom_headers_sealed",
+                       "enabled"})
 DISABLED_BY_USER = "Disabled by its owner (enabled: false)"
 
 
@@ -54,12 +55,13 @@ def create_endpoint(
     delivery_mode: str,
     events: Sequence[str],
     body_format: str,
-    custom_headers: Mapping[str, str],
+    custom_headers_sealed: bytes | None,
     secret_sealed: bytes,
     now: dt.datetime,
     max_endpoints: int,
 ) -> WebhookEndpoint:
-    """Store a new, enabled endpoint (its settings already checked, its secret sealed for `endpoint_id`).
+    """Store a new, enabled endpoint (its settings already checked, its secret and headers sealed
+    for `endpoint_id`).
 
     Raises:
         Conflict: the user already has `max_endpoints` (each event of theirs is one delivery
@@ -72,7 +74,7 @@ def create_endpoint(
         raise Conflict(f"At most {max_endpoints} webhook endpoints per user; delete one first")
     conn.execute(webhook_endpoints.insert().values(
         id=endpoint_id, user_id=user_id, url=url, description=description, delivery_mode=delivery_mode,
-        events=list(events), body_format=body_format, custom_headers=dict(custom_headers),
+        events=list(events), body_format=body_format, custom_headers_sealed=custom_headers_sealed,
         secret_sealed=secret_sealed, enabled=True, consecutive_dead_deliveries=0, created_at=now, updated_at=now,
     ))
     return owned_endpoint(conn, user_id, endpoint_id)
@@ -395,7 +397,8 @@ def claim_due(
             deliveries.c.id, deliveries.c.endpoint_id, webhook_endpoints.c.user_id, deliveries.c.event_id,
             deliveries.c.event_type,
             deliveries.c.attempts, deliveries.c.created_at,
-            webhook_endpoints.c.url, webhook_endpoints.c.body_format, webhook_endpoints.c.custom_headers,
+            webhook_endpoints.c.url, webhook_endpoints.c.body_format,
+            webhook_endpoints.c.custom_headers_sealed,
             webhook_endpoints.c.secret_sealed, webhook_endpoints.c.previous_secret_sealed,
             webhook_endpoints.c.previous_secret_expires_at,
             events.c.data, events.c.occurred_at,

@@ -38,7 +38,7 @@ async def owner_with_endpoint(services: Services) -> tuple[str, str]:
         user = accounts.create_user(conn, email="a@example.com", name="A", password_hash="x", now=utcnow())
         webhooks_repo.create_endpoint(
             conn, endpoint_id=new_id(), user_id=user.id, url="https://example.com/hook", description=None,
-            delivery_mode="AUTOMATIC", events=["*"], body_format="JSON", custom_headers={},
+            delivery_mode="AUTOMATIC", events=["*"], body_format="JSON", custom_headers_sealed=None,
             secret_sealed=b"sealed", now=utcnow(), max_endpoints=1,
         )
         schema = schemas_repo.create_schema(conn, user_id=user.id, name="S", description=None,

@@ -86,6 +86,8 @@ function endpointFields(catalog, endpoint) {
         { hint: "Comma-separated: job.* for every job event, * for everything." })),
     h("fieldset", { class: "headers" },
       h("legend", {}, "Custom headers"),
+      h("p", { class: "hint" }, "A header that carries a credential (Authorization, a token, a key…) shows " +
+        "******** once saved: leave it to keep the value, or type a new one."),
       headerRows,
       h("button", { type: "button", onclick: () => addHeader().focus() }, "Add header")),
   ];
