@@ -18,7 +18,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from quart import Blueprint, request
 from quart_schema import document_response, tag_blueprint, validate_querystring, validate_request
 from quart_trio.wrappers.response import TrioResponse as Response
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.exc import IntegrityError
 
 from daemon.auth.guard import current_principal
@@ -38,7 +38,7 @@ from daemon.jobs.models import JOB_TYPE_EXTRACTION, JobStatus, RunStatus
 from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
 from daemon.jobs.transitions import check_approve
 from daemon.jobs.upload import StoredFile, Upload, file_too_large, receive_upload
-from daemon.schemas.definition import check_result, incomplete_fails, learning_on
+from daemon.schemas.definition import ResultCheck, check_result, incomplete_fails, learning_on
 from daemon.storage.ids import looks_like_id
 from daemon.storage.repos import jobs as repo
 from daemon.storage.repos import learning as learning_repo
@@ -621,18 +621,15 @@ async def patch_result(job_id: str, data: PatchResultBody) -> tuple[dict[str, An
     job = await services().db.read(repo.get_job, user_id, job_id)
     if job is None:
         raise NotFound("Job not found")
-    schema = await services().db.read(get_schema, user_id, job.schema_id, include_deleted=True)
+    schema = await _schema_of(job)
     missing: list[str] = []
     if schema is not None:
-        # In a thread: a corrected result of 4 MiB takes a second or two to check.
         check = await trio.to_thread.run_sync(check_result, schema.definition, data.result)
-        problems = [f"result{p}" for p in check.problems]
-        if incomplete_fails(schema.definition):
-            problems += [f"result{pointer} is required" for pointer in check.missing]
+        problems = _result_problems(check, missing_required=incomplete_fails(schema.definition))
         if problems:
             raise BadRequest(problems)
         missing = check.missing
-    lesson = await _lesson_of(job, data.result)
+    lesson = await _lesson_of(job, schema, data.result)
     job = await services().db.run(_confirmed, lesson, repo.patch_result, user_id, job_id, data.result, missing,
                                   utcnow(), expected)
     return _versioned(job)
@@ -650,24 +647,37 @@ async def approve_job(job_id: str) -> tuple[dict[str, Any], int, dict[str, str]]
     principal = current_principal()
     owner = None if principal.role == Role.ADMIN else principal.user_id
     job = await services().db.read(repo.get_job, owner, job_id)
+    lesson = None
     if job is not None:
         check_approve(job)  # its own 409 first (checked again as it is written)
-        await _still_matches_schema(job)
-    lesson = None if job is None or job.result is None else await _lesson_of(job, job.result)
+        schema = await _schema_of(job)
+        if schema is not None:
+            await _still_matches(schema, job.result)
+        if job.result is not None:
+            lesson = await _lesson_of(job, schema, job.result)
     job = await services().db.run(_confirmed, lesson, repo.approve_job, job_id, owner, principal.user_id, utcnow(),
                                   expected)
     return _versioned(job)
 
 
-async def _still_matches_schema(job: Job) -> None:
+async def _schema_of(job: Job) -> Row[Any] | None:
+    """The schema `job` was read with, as it is now (None once purged)."""
+    return await services().db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
+
+
+def _result_problems(check: ResultCheck, *, missing_required: bool) -> list[str]:
+    """The problems of a result `check`, named as the request's `result` members."""
+    problems = [f"result{p}" for p in check.problems]
+    return problems + ([f"result{p} is required" for p in check.missing] if missing_required else [])
+
+
+async def _still_matches(schema: Row[Any], result: dict[str, Any] | None) -> None:
     """Refuse (409) to approve a result its schema, edited since the job ran, no longer
     accepts: the same values saved with PATCH /result were a 400, and approving them kept
     the job complete with a value of the wrong type or a new required one missing."""
-    schema = await services().db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
-    if schema is None:
-        return
-    check = await trio.to_thread.run_sync(check_result, schema.definition, job.result)
-    problems = [f"result{p}" for p in check.problems] + [f"result{p} is required" for p in check.missing]
+    # In a thread, as for PATCH /result: a result of 4 MiB takes a second or two to check.
+    check = await trio.to_thread.run_sync(check_result, schema.definition, result)
+    problems = _result_problems(check, missing_required=True)
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
         raise Conflict(f"The result does not match its schema as it is now ({shown}): "
@@ -684,8 +694,8 @@ class _Lesson:
     keys: list[str]
 
 
-async def _lesson_of(job: Job, result: dict[str, Any]) -> _Lesson | None:
-    """What confirming `result` as `job`'s result teaches, for its owner and schema (issue
+async def _lesson_of(job: Job, schema: Row[Any] | None, result: dict[str, Any]) -> _Lesson | None:
+    """What confirming `result` as `job`'s result teaches, for its owner and `schema` (issue
     #16): None when learning is off for it or it kept no reading (learning was off when it
     ran).
 
@@ -693,7 +703,6 @@ async def _lesson_of(job: Job, result: dict[str, Any]) -> _Lesson | None:
     is saved all the same (it would answer 500 for a change that can take effect)."""
     svc = services()
     try:
-        schema = await svc.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
         if schema is None or not learning_on(schema.definition, svc.config.learning.enabled):
             return None
         reading = await svc.db.read(learning_repo.job_reading, job.id)
