@@ -1,5 +1,5 @@
 """Webhook endpoints as a database at revision 0013 stored them, custom headers in plain
-JSON: what migration 0014 seals (tests/integration/test_webhook_header_secrets.py and
+JSON: what migration 0014 seals (tests/integration/test_webhook_delivery.py and
 tests/e2e/test_lifecycle.py)."""
 
 from __future__ import annotations
