@@ -152,6 +152,10 @@ async def send(
             error = f"timed out after {elapsed_ms()} ms (WEBHOOK_TIMEOUT_MS is {round(timeout_s * 1000)})"
         except httpx.ConnectError as exc:
             error = f"connection failed: {str(exc) or type(exc).__name__}"
+        except httpx.LocalProtocolError:
+            # Never its message: it quotes the header it refused, whose value may be a
+            # credential (a header stored before values were checked as they are now).
+            error = "the request could not be sent as HTTP: a custom header's value is not one HTTP allows"
         except httpx.HTTPError as exc:
             error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         except (httpx.InvalidURL, UnicodeError, ValueError) as exc:

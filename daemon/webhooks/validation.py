@@ -10,7 +10,7 @@ Events: non-empty for AUTOMATIC; each a known type, ``*`` or ``prefix.*``.
 
 Custom headers: at most 20; names are HTTP tokens (RFC 9110 §5.6.2) of at most
 256 characters; values
-printable ASCII (tab allowed), at most 4096 characters; none may be
+printable ASCII (tab allowed, but not first or last), at most 4096 characters; none may be
 ``Content-Type``, an ``X-Webhook-*`` header, or a header that frames the
 request (Host, Content-Length, Transfer-Encoding, Connection, …), in any case.
 A credential header's value is shown masked; sent back masked, it keeps the value stored.
@@ -136,6 +136,9 @@ def header_problems(headers: Mapping[str, str]) -> list[str]:
         if not _VALUE.fullmatch(value):
             problems.append(
                 f"customHeaders.{name} must be printable ASCII, without CR, LF or other control characters")
+        elif value != value.strip(" \t"):
+            # RFC 9110 §5.5: a field value has none; httpx refuses to send one that does.
+            problems.append(f"customHeaders.{name} must not start or end with a space or tab")
         elif len(value) > MAX_HEADER_VALUE_LENGTH:
             problems.append(
                 f"customHeaders.{name} must be shorter than or equal to {MAX_HEADER_VALUE_LENGTH} characters")

@@ -37,9 +37,9 @@ from daemon.storage.migrate import current_revision, downgrade, upgrade
 from daemon.storage.outbox import record_event
 from daemon.storage.repos import jobs as jobs_repo
 from daemon.storage.repos.jobs import NewJob
-from daemon.storage.tables import deliveries, events
+from daemon.storage.tables import deliveries, events, webhook_endpoints
 from daemon.webhooks.dispatcher import run_dispatcher
-from daemon.webhooks.keys import open_headers_with
+from daemon.webhooks.keys import open_headers_with, seal_headers
 from daemon.webhooks.signing import SignatureVerificationError, verify_signature
 
 PASSWORD = "correct horse 42"
@@ -819,6 +819,24 @@ async def test_a_masked_value_with_nothing_stored_is_a_400(client: Any, alice: d
                          json={"customHeaders": {"X-Tenant": "1", "X-Auth-Token": "********"}})
     assert refused["message"] == ["customHeaders.X-Auth-Token is ********, which keeps the value stored, and this "
                                   "endpoint stores none: send the value"]
+
+
+async def test_a_header_http_refuses_fails_the_attempt_without_quoting_its_value(
+        client: Any, services: Services, alice: dict[str, str], dispatcher: None) -> None:
+    """A value that ends in a space, stored before values were checked so: httpx refuses the
+    request, and its message, which quotes the header, was the delivery's lastError."""
+    async with open_receiver() as receiver:
+        created = await call(client, "post", "/api/webhooks", alice, 201, json={
+            "url": receiver.url(), "events": ["*"], "customHeaders": {"Authorization": RECEIVER_TOKEN}})
+        sealed = seal_headers(services.config.webhooks, created["id"], {"Authorization": RECEIVER_TOKEN + " "})
+        await services.db.run(lambda conn: conn.execute(
+            webhook_endpoints.update().where(webhook_endpoints.c.id == created["id"])
+            .values(custom_headers_sealed=sealed)))
+        sent = await call(client, "post", f"/api/webhooks/{created['id']}/send", alice, 202, json={"data": {}})
+        detail = await settled(client, alice, sent["id"], "RETRYING", "DEAD")
+        assert detail["lastError"] == ("the request could not be sent as HTTP: a custom header's value is not one "
+                                       "HTTP allows")
+        assert "t0ken" not in json.dumps(detail) and receiver.requests == []
 
 
 async def test_a_changed_key_is_a_clear_error_not_a_leak(client: Any, services: Services, alice: dict[str, str],
