@@ -4,6 +4,9 @@ tests/e2e/test_lifecycle.py)."""
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import sqlalchemy as sa
 
 from daemon.clock import utcnow
@@ -38,3 +41,25 @@ def sealed_headers(engine: sa.Engine) -> dict[str, bytes | None]:
     with engine.connect() as conn:
         return {row[0]: None if row[1] is None else bytes(row[1]) for row in conn.execute(
             sa.text("SELECT id, custom_headers_sealed FROM webhook_endpoints"))}
+
+
+def on_disk(engine: sa.Engine, needle: bytes) -> bool:
+    """Whether the bytes of `needle` are anywhere in the webhook_endpoints table's storage:
+    PostgreSQL's heap pages, dead row versions and dropped columns included (pageinspect);
+    SQLite's whole file, free pages included, once the WAL is checkpointed into it."""
+    if engine.dialect.name == "sqlite":
+        path = engine.url.database or ""
+        checkpoint = sqlite3.connect(path, isolation_level=None)
+        try:
+            checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            checkpoint.close()
+        return needle in Path(path).read_bytes()
+    with engine.connect() as conn:
+        conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pageinspect SCHEMA public")
+        conn.commit()
+        found = conn.execute(sa.text(
+            "SELECT count(*) FROM generate_series(0, pg_relation_size('webhook_endpoints') / 8192 - 1) AS page, "
+            "public.heap_page_items(public.get_raw_page('webhook_endpoints', page::int)) AS item "
+            "WHERE position(:needle IN item.t_data) > 0"), {"needle": needle}).scalar_one()
+        return bool(found)

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 import stripe
 import trio
 from webhook_receiver import Received, Receiver, Reply, open_receiver
-from webhooks_0013 import ENDPOINTS_0013, insert_plain_endpoints, sealed_headers
+from webhooks_0013 import ENDPOINTS_0013, insert_plain_endpoints, on_disk, sealed_headers
 
 from daemon.clock import utcnow
 from daemon.config import Config
@@ -867,7 +867,11 @@ def test_migration_0014_seals_the_headers_stored_before(database_url: str) -> No
         with db.engine.connect() as conn:
             assert current_revision(conn) == "0013"  # nothing half done
 
+        assert on_disk(db.engine, b"r3ceiver-t0ken")  # what the check below would find
         upgrade(db.engine, encryption_key=key)
+        # Gone from the table's storage too: PostgreSQL keeps a dropped column's bytes in
+        # each row until it is rewritten, and SQLite a freed page's unless it zeroes them.
+        assert not on_disk(db.engine, b"r3ceiver-t0ken")
         sealed = sealed_headers(db.engine)
         assert sealed["e2"] is None and sealed["e1"] is not None and b"t0ken" not in sealed["e1"]
         assert open_headers_with(key, "e1", sealed["e1"]) == {"Authorization": RECEIVER_TOKEN, "X-Tenant": "42"}
