@@ -76,9 +76,21 @@ def _http_url(value: str | None) -> str | None:
     # ASCII without backslashes, and a URL botocore takes: otherwise a host that is loopback to
     # urllib3 passed the literal check here (`http://127.0.0.1\@example.com`, `http://１２７.０.０.１`),
     # or botocore refused the endpoint at each use (`http://127。0。0。1`: POST .../test was a 500).
-    if value is not None and not (_URL.fullmatch(value) and value.isascii() and "\\" not in value
-                                  and _host(value) and _botocore_accepts(value)):
+    if value is None:
+        return value
+    if not (_URL.fullmatch(value) and value.isascii() and "\\" not in value and _host(value)
+            and _botocore_accepts(value)):
         raise ValueError("config.endpointUrl must be an http(s) URL")
+    parts = urllib.parse.urlsplit(value)
+    if "@" in parts.netloc:  # it would be answered and stored as given: never a secret's place
+        raise ValueError("config.endpointUrl must not contain a user name or password "
+                         "(send the credentials as accessKeyId and secretAccessKey)")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:  # out of range: accepted, then every use of the integration failed
+        raise ValueError("config.endpointUrl must have a port from 1 to 65535")
     return value
 
 

@@ -123,12 +123,16 @@ async def test_create_validates_every_field(client: Any, alice: dict[str, str], 
         ({**good, "secretAccessKey": ""}, "config.secretAccessKey should not be empty"),
         ({**good, "bucket": "No_Such Bucket!"}, "config.bucket must match"),
         ({**good, "endpointUrl": "ftp://minio"}, "config.endpointUrl must be an http(s) URL"),
+        ({**good, "endpointUrl": "https://admin:hunter2@minio.example.com"},
+         "config.endpointUrl must not contain a user name or password"),
+        ({**good, "endpointUrl": "https://minio.example.com:99999"}, "config.endpointUrl must have a port from 1"),
+        ({**good, "endpointUrl": "https://minio.example.com:0"}, "config.endpointUrl must have a port from 1"),
         ({**good, "color": "red"}, "property config.color should not exist"),
     ]:
         messages = await bad_request(await client.post(
             "/api/integrations", json={"provider": "s3", "name": "x", "config": broken}, headers=alice))
         assert any(m.startswith(words) for m in messages), (broken, messages)
-        assert "s3cr3t" not in str(messages)
+        assert "s3cr3t" not in str(messages) and "hunter2" not in str(messages)
     assert any("config" in m for m in await bad_request(
         await client.post("/api/integrations", json={"provider": "s3", "name": "x"}, headers=alice)))
     await bad_request(await client.post("/api/integrations", json=["s3"], headers=alice))
