@@ -143,7 +143,7 @@ async def process_job(services: Services, job: Job, owner: str) -> None:
         await _record(services, job, owner, outcome, time.perf_counter() - started)
 
 
-async def _attempt(services: Services, job: Job) -> Extraction | JobError:
+async def _attempt(services: Services, job: Job) -> Extraction | JobError | _ConnectionLost:
     config = services.config
     try:
         schema = await services.db.read(get_schema, job.user_id, job.schema_id, include_deleted=True)
@@ -163,8 +163,8 @@ async def _attempt(services: Services, job: Job) -> Extraction | JobError:
         return error
     except BlobStoreError as exc:
         return _blob_store_failed(exc)
-    except sa.exc.DBAPIError:
-        return _database_failed(job)
+    except sa.exc.DBAPIError as exc:
+        return _database_failed(job, exc)
     except Exception as exc:  # a bug, not the document: fail the job, keep the worker
         log.exception("job attempt crashed", extra={"action": "job.crashed", "job_id": job.id})
         return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
@@ -184,11 +184,39 @@ def _learned_lookup(services: Services, job: Job, definition: dict[str, Any]) ->
     return lookup
 
 
-def _database_failed(job: Job) -> JobError:
-    """A connection lost in the middle of an attempt (a restart or failover of PostgreSQL) is
-    the database's, not the document's: the job is tried again, not failed."""
+class _ConnectionLost:
+    """The outcome of an attempt cut short by a lost database connection (a restart or
+    failover of PostgreSQL): neither the document's nor the worker's fault, so the job is
+    given back with the attempt not counted. Counted, a database that kept dropping
+    connections failed jobs for good once they had met it `jobs.max_attempts` times."""
+
+
+CONNECTION_LOST = _ConnectionLost()
+
+
+def _database_failed(job: Job, exc: sa.exc.DBAPIError) -> JobError | _ConnectionLost:
     log.warning("database error during a job", exc_info=True, extra={"action": "worker.db_error", "job_id": job.id})
-    return TransientJobError(ErrorCode.INTERNAL_ERROR, "The database could not be reached; the job will be tried again")
+    if exc.connection_invalidated:
+        return CONNECTION_LOST
+    # Any other database error (a lock held past SQLite's busy timeout) counts as an attempt.
+    return TransientJobError(ErrorCode.INTERNAL_ERROR, "A database error ended the attempt; see the daemon log")
+
+
+async def _through_outage(services: Services, fn: Callable[..., T], **kwargs: Any) -> T:
+    """`services.db.run(fn, **kwargs)`, written again while the database connection is lost
+    (within a `final_write`'s time): the worker holds an outcome the job must not lose, and
+    an outcome left unwritten let the lease expire, which the reaper counts as a lost worker."""
+    delay = 0.1
+    while True:
+        try:
+            return await services.db.run(fn, **kwargs)
+        except sa.exc.DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
+            log.warning("database connection lost writing a job's outcome; writing it again",
+                        extra={"action": "worker.db_error"})
+        await trio.sleep(delay)
+        delay = min(2.0, delay * 2)
 
 
 def _blob_store_failed(exc: BlobStoreError) -> JobError:
@@ -197,10 +225,17 @@ def _blob_store_failed(exc: BlobStoreError) -> JobError:
     return kind(ErrorCode.INTERNAL_ERROR, "The file storage failed; see the daemon log")
 
 
-async def _record(services: Services, job: Job, owner: str, outcome: Extraction | JobError, elapsed: float) -> None:
+async def _record(services: Services, job: Job, owner: str, outcome: Extraction | JobError | _ConnectionLost,
+                  elapsed: float) -> None:
     now = utcnow()
+    if isinstance(outcome, _ConnectionLost):
+        label = "released" if await _given_back(services, job, owner, now) else "lost"
+        services.metrics.job_duration.labels(label).observe(elapsed)
+        services.metrics.job_attempts.labels(label).inc()
+        return
     if isinstance(outcome, Extraction):
-        done = await services.db.run(
+        done = await _through_outage(
+            services,
             repo.complete_job,
             job_id=job.id,
             owner=owner,
@@ -213,7 +248,8 @@ async def _record(services: Services, job: Job, owner: str, outcome: Extraction 
         label = "completed" if outcome.meta["complete"] else "incomplete"
     else:
         retry_at = _retry_at(services, job, outcome, now)
-        done = await services.db.run(
+        done = await _through_outage(
+            services,
             repo.fail_job,
             job_id=job.id,
             owner=owner,
@@ -247,15 +283,15 @@ async def fetch_job(services: Services, job: Job, owner: str) -> None:
         await _record_fetch(services, job, owner, outcome)
 
 
-async def _fetch_attempt(services: Services, job: Job) -> FetchedFile | JobError:
+async def _fetch_attempt(services: Services, job: Job) -> FetchedFile | JobError | _ConnectionLost:
     try:
         return await fetch_file(services, job)
     except JobError as error:
         return error
     except BlobStoreError as exc:
         return _blob_store_failed(exc)
-    except sa.exc.DBAPIError:
-        return _database_failed(job)
+    except sa.exc.DBAPIError as exc:
+        return _database_failed(job, exc)
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             # The file is fine, the data volume full: fetched again later (it failed for good,
@@ -274,10 +310,15 @@ def _fetch_crashed(job: Job, exc: Exception) -> JobError:
     return PermanentJobError(ErrorCode.INTERNAL_ERROR, f"Internal error ({type(exc).__name__}); see the daemon log")
 
 
-async def _record_fetch(services: Services, job: Job, owner: str, outcome: FetchedFile | JobError) -> None:
+async def _record_fetch(services: Services, job: Job, owner: str,
+                        outcome: FetchedFile | JobError | _ConnectionLost) -> None:
     now = utcnow()
+    if isinstance(outcome, _ConnectionLost):
+        await _given_back(services, job, owner, now)
+        return
     if isinstance(outcome, FetchedFile):
-        done = await services.db.run(
+        done = await _through_outage(
+            services,
             repo.fetched_job, job_id=job.id, owner=owner, file_name=outcome.file_name, file_size=outcome.file_size,
             mime_type=outcome.mime_type, sha256=outcome.sha256, blob_key=outcome.blob_key, now=now,
         )
@@ -286,11 +327,21 @@ async def _record_fetch(services: Services, job: Job, owner: str, outcome: Fetch
             log.info("fetched file dropped", extra={"action": "job.fetch_dropped", "job_id": job.id})
         return
     retry_at = _retry_at(services, job, outcome, now)
-    await services.db.run(repo.fail_job, job_id=job.id, owner=owner, code=outcome.code, message=outcome.message,
-                          now=now, retry_at=retry_at)
+    await _through_outage(services, repo.fail_job, job_id=job.id, owner=owner, code=outcome.code,
+                          message=outcome.message, now=now, retry_at=retry_at)
     label = "retried" if retry_at else "failed"
     log.info("job fetch failed", extra={"action": f"job.fetch_{label}", "job_id": job.id,
                                         "error_code": outcome.code, "attempt": job.attempts})
+
+
+async def _given_back(services: Services, job: Job, owner: str, now: dt.datetime) -> bool:
+    """Give back a job whose attempt lost the database connection, the attempt not counted,
+    to run again after the first retry delay (a database that is failing over is given time)."""
+    run_after = now + dt.timedelta(milliseconds=services.config.jobs.retry_backoff_initial_ms)
+    released = await _through_outage(services, repo.release_job, job_id=job.id, owner=owner, now=now,
+                                     run_after=run_after)
+    log.info("job given back: the database connection was lost", extra={"action": "job.released", "job_id": job.id})
+    return released
 
 
 def _retry_at(services: Services, job: Job, outcome: JobError, now: dt.datetime) -> dt.datetime | None:

@@ -479,31 +479,93 @@ async def test_a_retryable_failure_is_retried_with_backoff_then_fails(
         ["job.queued"] + ["job.started"] * max_attempts + ["job.failed"])
 
 
-async def test_a_database_connection_lost_during_an_attempt_retries_the_job(
+def _lost_connection(statement: str) -> Any:
+    """What SQLAlchemy raises when the server ends the connection (a restart, a failover,
+    pg_terminate_backend): an OperationalError whose connection was invalidated."""
+    import sqlalchemy as sa
+
+    return sa.exc.OperationalError(statement, {}, Exception("terminating connection due to administrator command"),
+                                   connection_invalidated=True)
+
+
+async def test_a_database_error_during_an_attempt_retries_the_job(
         client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
-    """A PostgreSQL restart in the middle of an attempt failed the job as INTERNAL_ERROR,
-    like a bug in docex; the document was never at fault."""
+    """A database error in the middle of an attempt failed the job as INTERNAL_ERROR, like a
+    bug in docex; the document was never at fault. One that is not a lost connection (a lock
+    held past SQLite's busy timeout) counts as an attempt."""
     import sqlalchemy as sa
 
     import daemon.jobs.pool as pool
 
     real_extract = pool.extract
-    lost = 0
+    failed = 0
 
-    async def losing_the_connection_once(*args: Any, **kwargs: Any) -> Any:
-        nonlocal lost
-        if not lost:
-            lost += 1
-            raise sa.exc.OperationalError("SELECT 1", {}, Exception("terminating connection due to administrator"))
+    async def failing_once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal failed
+        if not failed:
+            failed += 1
+            raise sa.exc.OperationalError("SELECT 1", {}, Exception("database is locked"))
         return await real_extract(*args, **kwargs)
 
-    monkeypatch.setattr(pool, "extract", losing_the_connection_once)
+    monkeypatch.setattr(pool, "extract", failing_once)
     with_jobs_config(services, retry_backoff_initial_ms=100, max_attempts=3)
     job = await create_job(client, alice, schema_id)
     async with running_workers(services):
         done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED", deadline_s=20)
     assert done["status"] == "COMPLETED" and done["attempts"] == 2 and done["errorCode"] is None, done
-    assert lost == 1
+    assert failed == 1
+
+
+async def test_attempts_that_lose_the_database_connection_do_not_count(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
+    """A database that kept dropping connections (a flapping failover) used up a job's
+    attempts, and failed it for good with "the job will be tried again" as its message."""
+    import daemon.jobs.pool as pool
+
+    real_extract = pool.extract
+    lost = 0
+
+    async def losing_the_connection_thrice(*args: Any, **kwargs: Any) -> Any:
+        nonlocal lost
+        if lost < 3:
+            lost += 1
+            raise _lost_connection("SELECT learned_examples")
+        return await real_extract(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "extract", losing_the_connection_thrice)
+    with_jobs_config(services, retry_backoff_initial_ms=50, max_attempts=1)
+    job = await create_job(client, alice, schema_id)
+    async with running_workers(services):
+        done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED", deadline_s=20)
+    assert done["status"] == "COMPLETED" and done["attempts"] == 1 and done["errorCode"] is None, done
+    assert lost == 3
+    assert await event_types(services, job_id=job["id"]) == ["job.queued"] + ["job.started"] * 4 + ["job.completed"]
+
+
+async def test_an_outcome_written_as_the_connection_drops_is_written_again(
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
+    """The write of a finished attempt's result met a lost connection: the worker dropped
+    the outcome, the lease expired and the reaper counted a lost worker ("stopped
+    responding"), though the worker was alive and held the result."""
+    from daemon.storage.repos import jobs as jobs_repo
+
+    real_complete = jobs_repo.complete_job
+    lost = 0
+
+    def complete_after_two_drops(*args: Any, **kwargs: Any) -> Any:
+        nonlocal lost
+        if lost < 2:
+            lost += 1
+            raise _lost_connection("UPDATE jobs")
+        return real_complete(*args, **kwargs)
+
+    monkeypatch.setattr(jobs_repo, "complete_job", complete_after_two_drops)
+    with_jobs_config(services, max_attempts=1)
+    job = await create_job(client, alice, schema_id)
+    async with running_workers(services):
+        done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED", deadline_s=20)
+    assert done["status"] == "COMPLETED" and done["attempts"] == 1, done
+    assert lost == 2
 
 
 async def test_a_lease_renewal_the_database_refuses_briefly_keeps_the_work(

@@ -578,16 +578,18 @@ def fail_job(
     return job
 
 
-def release_job(conn: Connection, *, job_id: str, owner: str, now: dt.datetime) -> bool:
-    """Give a running job back to the queue at shutdown (a PENDING one being fetched back to
-    PENDING); the attempt does not count."""
+def release_job(conn: Connection, *, job_id: str, owner: str, now: dt.datetime,
+                run_after: dt.datetime | None = None) -> bool:
+    """Give a running job back to the queue (a PENDING one being fetched back to PENDING),
+    the attempt not counted: at shutdown, or after its attempt lost the database connection
+    (then to run from `run_after`)."""
     result = conn.execute(
         jobs.update()
         .where(_leased(owner, job_id))
         .values(
             status=_WAITING_AGAIN,
             attempts=jobs.c.attempts - 1,
-            run_after=now,
+            run_after=run_after or now,
             updated_at=now,
             lease_owner=None,
             lease_expires_at=None,
