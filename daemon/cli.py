@@ -11,6 +11,7 @@ import errno
 import functools
 import json
 import os
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -132,6 +133,10 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace) -> None:
+    # Until the daemon's own handler runs, a SIGHUP's default action would end the process
+    # without a word (a reload sent by a script while it starts): note it, to reload once ready.
+    hangups: list[int] = []
+    signal.signal(signal.SIGHUP, lambda signum, _frame: hangups.append(signum))
     overrides = {"host": args.host, "port": args.port}
     config = _load(args, overrides)  # before the heavy imports: a bad config exits 2 at once
 
@@ -141,7 +146,7 @@ def _serve(args: argparse.Namespace) -> None:
 
     configure_logging(config.log.level)
     config = with_dev_secrets(config)
-    source = ConfigSource(args.config, overrides)
+    source = ConfigSource(args.config, overrides, hangups)
     try:
         trio.run(lambda: serve(config, source, role=ProcessRole(args.role), migrate=not args.no_migrate))
     except* StartupError as group:

@@ -45,11 +45,16 @@ log = logging.getLogger(__name__)
 
 
 class ConfigSource:
-    """Where the configuration came from, so SIGHUP re-reads the same file and flags."""
+    """Where the configuration came from, so SIGHUP re-reads the same file and flags.
 
-    def __init__(self, path: str | None, overrides: Mapping[str, Any]) -> None:
+    `early_hangups` collects the SIGHUPs that arrive while the daemon starts, before its
+    signal handler runs (`docex serve` notes them from its first line: by default a SIGHUP
+    ends the process); the handler answers them with one reload."""
+
+    def __init__(self, path: str | None, overrides: Mapping[str, Any], early_hangups: list[int] | None = None) -> None:
         self.path = path
         self.overrides = dict(overrides)
+        self.early_hangups = early_hangups if early_hangups is not None else []
 
     def load(self, running: Config | None = None) -> Config:
         """The configuration as the file and environment say now. Reloaded beside a `running`
@@ -136,6 +141,9 @@ async def _handle_signals(
         signal.signal(stop_signal, signal.SIG_IGN)
     with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
         task_status.started()
+        if source.early_hangups:
+            source.early_hangups.clear()
+            await reload(services, source)
         async for signum in signals:
             if signum == signal.SIGHUP:
                 notifier.reloading()

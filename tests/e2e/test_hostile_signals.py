@@ -243,3 +243,16 @@ async def test_sighup_lowering_max_file_size_applies_to_the_next_upload(start_da
     assert r.json()["statusCode"] == 413 and r.json()["error"] == "Payload Too Large", r.text
     await api.aclose()
     await daemon.stop(timeout=15)
+
+
+async def test_a_sighup_while_the_daemon_starts_is_a_reload_not_its_end(start_daemon) -> None:
+    """A SIGHUP before the signal handler ran ended the process without a word (SIGHUP's
+    default action): a `kill -HUP` from a script racing a restart killed the daemon."""
+    daemon = start_daemon()
+    # Its first line (a fresh data directory's secrets) comes before the migrations and
+    # everything else start-up does, and before the handler.
+    await daemon.wait_for("config.secrets_generated")
+    daemon.signal(signal.SIGHUP)
+    await daemon.wait_for("config.reloaded")
+    await daemon.wait_http_ready()
+    await daemon.stop(timeout=15)
