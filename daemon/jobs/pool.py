@@ -86,14 +86,16 @@ async def run_workers(services: Services, *, task_status: trio.TaskStatus[None] 
 async def _worker(services: Services, owner: str, stop: trio.Event) -> None:
     poll_s = poll_interval(services.db.url.get_backend_name())
     failures = 0
+    previous_user = None  # whose job this worker ran last: users take turns (repo.claim_next)
     while not stop.is_set():
         try:
             job = await services.db.run(repo.claim_next, owner=owner, now=utcnow(),
-                                        lease_s=services.config.jobs.lease_s)
+                                        lease_s=services.config.jobs.lease_s, previous_user=previous_user)
             if job is None:
                 due = await services.db.read(repo.next_due)
                 await wait_any(stop.wait, functools.partial(services.db.jobs_due.sleep, idle_delay(due, poll_s)))
                 continue
+            previous_user = job.user_id
             if job.status == JobStatus.PENDING:
                 await fetch_job(services, job, owner)
             else:

@@ -187,6 +187,8 @@ jobs = sa.Table(
     sa.Column("lease_owner", sa.String(64)),
     sa.Column("lease_expires_at", UTCDateTime),
     sa.Index("ix_jobs_queue", "status", "run_after"),
+    # Whose turn it is (repos.jobs._next_user): a seek for a user with a waiting job in a range of users.
+    sa.Index("ix_jobs_waiting_user", "status", "user_id", "run_after"),
     # Lists are keyset-paginated by id under a filter: one index per filter, ending in id,
     # walked in order and left after a page (bench/job_lists.py).
     sa.Index("ix_jobs_user", "user_id", "id"),

@@ -31,6 +31,7 @@ loads records, asks, and writes the answer with its event. Rows leave it as
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import unicodedata
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -397,15 +398,18 @@ def _waiting() -> sa.ColumnElement[bool]:
     return sa.and_(jobs.c.status.in_(_CLAIMABLE), jobs.c.lease_owner.is_(None))
 
 
-def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) -> Job | None:
+def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int, previous_user: str | None = None
+               ) -> Job | None:
     """Take the next due job, leased to `owner`, with one more attempt:
 
     - QUEUED → RUNNING (job.started), to run the extraction;
     - PENDING → PENDING, to fetch its file from the integration (no event: the job has
       not started; the caller tells the two apart by the returned row's status).
 
-    PostgreSQL skips rows other processes are claiming (FOR UPDATE SKIP LOCKED);
-    SQLite runs this under its single writer lock (BEGIN IMMEDIATE).
+    Users take turns (`_next_user`, after `previous_user`, whose job the worker ran last):
+    another user's waiting job goes before those of a user who just had a turn or has a job
+    running; otherwise the oldest due job. PostgreSQL skips rows other processes are claiming
+    (FOR UPDATE SKIP LOCKED); SQLite runs this under its single writer lock (BEGIN IMMEDIATE).
     """
     query = (
         sa.select(jobs.c.id, jobs.c.status, jobs.c.attempts, jobs.c.started_at)
@@ -413,7 +417,12 @@ def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) 
         .order_by(jobs.c.run_after, jobs.c.id)
         .limit(1)
     )
-    due = conn.execute(lock_rows(conn, query, skip_locked=True)).first()
+    due = None
+    user_id = _next_user(conn, now, previous_user)
+    if user_id is not None:
+        due = conn.execute(lock_rows(conn, query.where(jobs.c.user_id == user_id), skip_locked=True)).first()
+    if due is None:
+        due = conn.execute(lock_rows(conn, query, skip_locked=True)).first()
     if due is None:
         return None
     if due.status == JobStatus.PENDING:
@@ -431,6 +440,40 @@ def claim_next(conn: Connection, *, owner: str, now: dt.datetime, lease_s: int) 
     )
     _event(conn, "job.started", job, now)
     return job
+
+
+def _next_user(conn: Connection, now: dt.datetime, previous: str | None) -> str | None:
+    """The user whose turn it is: the first after `previous` (whose job the claiming worker
+    ran last), in user order and round again, with a due job and none running. None when no
+    other user has a due job and none running: the oldest due job goes first then.
+
+    Taken oldest first whoever's, one user's batch of slow documents held every worker
+    while another user's one-page job waited behind all of it. Each gap between the users
+    passed over is one seek of `ix_jobs_waiting_user`: running jobs are few (the workers),
+    and a user's waiting jobs are never walked, however many there are.
+    """
+    passed = {row.user_id for row in conn.execute(sa.select(jobs.c.user_id).where(jobs.c.status == JobStatus.RUNNING))}
+    if previous is not None:
+        passed.add(previous)
+    if not passed:
+        return None
+    order = sorted(passed)
+    turn = order.index(previous) if previous is not None else 0
+    cycle = [*order[turn:], *order[:turn], order[turn]]
+    gaps: list[tuple[str | None, str | None]] = []
+    for low, high in itertools.pairwise(cycle):
+        # Past the end of the user order, round again from its start.
+        gaps += [(low, high)] if low < high else [(low, None), (None, high)]
+    for low, high in gaps:
+        gap = sa.select(jobs.c.user_id).where(_waiting(), jobs.c.run_after <= now)
+        if low is not None:
+            gap = gap.where(jobs.c.user_id > low)
+        if high is not None:
+            gap = gap.where(jobs.c.user_id < high)
+        user: str | None = conn.execute(gap.order_by(jobs.c.status, jobs.c.user_id).limit(1)).scalar()
+        if user is not None:
+            return user
+    return None
 
 
 def next_due(conn: Connection) -> dt.datetime | None:
