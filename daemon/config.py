@@ -675,6 +675,12 @@ def _validate(c: Config) -> list[str]:
     secret = c.auth.jwt_access_secret
     check(secret is None or len(secret.reveal()) >= 32,
           "JWT_ACCESS_SECRET: must be at least 32 characters")
+    for name, vendor in (("openai", c.openai), ("anthropic", c.anthropic)):
+        # It goes into a header as it is: a newline (a key file written with echo) made httpx
+        # refuse the request with a message quoting the header, key and all.
+        check(vendor.api_key is None or bool(re.fullmatch(r"[\x21-\x7e]+", vendor.api_key.reveal())),
+              f"{name}.api_key: must be printable ASCII with no space or line break (a key file written "
+              "with echo ends in a newline: write it with printf '%s', or strip it)")
     check(c.extraction.provider in PROVIDERS,
           f"extraction.provider: must be rules, openai or anthropic (got {c.extraction.provider!r})")
     problem = missing_key(c.extraction.provider, c)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 # Digits of the longest integer a double can hold (its largest finite value, 1.8e308, has 309).
@@ -57,14 +58,22 @@ def _not_a_number(literal: str) -> Any:
     raise NotFinite(literal)
 
 
-def without_nul(value: Any) -> Any:
-    """`value` with the NUL characters of its strings (keys too) dropped: a document may hold
-    them (UTF-16 text, a PDF's text layer, an AI provider's answer), and a request body may
-    not (PostgreSQL's text cannot), so a result that kept one could never be saved back."""
+def storable(value: Any) -> Any:
+    """`value` with the NUL characters of its strings (keys too) dropped, and each unpaired
+    surrogate replaced by U+FFFD: a document may hold them (UTF-16 text, a PDF's text layer,
+    an AI provider's answer), and a request body may not (PostgreSQL's text takes no NUL,
+    UTF-8 no surrogate), so a result that kept one could never be saved back; a surrogate
+    also broke every export and webhook that carried it."""
     if isinstance(value, str):
-        return value.replace("\x00", "") if "\x00" in value else value
+        if "\x00" in value:
+            value = value.replace("\x00", "")
+        return _LONE_SURROGATE.sub("\ufffd", value) if _LONE_SURROGATE.search(value) else value
     if isinstance(value, dict):
-        return {without_nul(key): without_nul(item) for key, item in value.items()}
+        return {storable(key): storable(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [without_nul(item) for item in value]
+        return [storable(item) for item in value]
     return value
+
+
+# json keeps a pair of surrogate escapes as one character: any surrogate left is unpaired.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")

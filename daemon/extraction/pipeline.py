@@ -43,7 +43,7 @@ from daemon.extraction.parsers.rapidocr import rapidocr_version
 from daemon.extraction.providers.base import AIProvider, ProviderOutput
 from daemon.extraction.worker import Failure, RulesOutcome, extract_with_rules, parse_document
 from daemon.jobs.models import completeness
-from daemon.jsonvalues import without_nul
+from daemon.jsonvalues import storable
 from daemon.schemas.definition import PROVIDER_KEYWORD, check_result, incomplete_fails
 
 log = logging.getLogger(__name__)
@@ -197,14 +197,15 @@ async def _judged(definition: dict[str, Any], extraction: Extraction) -> Extract
         PermanentJobError: RESULT_INVALID for a value of the wrong type or shape, or for
             missing required values when the definition opted into failing.
     """
-    result = await trio.to_thread.run_sync(without_nul, extraction.result)
+    result = await trio.to_thread.run_sync(storable, extraction.result)
     check = await trio.to_thread.run_sync(check_result, schema_of(definition), result)
     if check.problems or (check.missing and incomplete_fails(definition)):
         found = check.problems[:10]
         if check.missing:
             found.append("required values not found: " + ", ".join(check.missing[:20]))
         raise PermanentJobError("RESULT_INVALID", "Result does not match the schema: " + "; ".join(found))
-    return Extraction(result=result, meta={**extraction.meta, **completeness(check.missing)},
+    meta = await trio.to_thread.run_sync(storable, extraction.meta)  # its evidence quotes the values
+    return Extraction(result=result, meta={**meta, **completeness(check.missing)},
                       page_count=extraction.page_count, reading=extraction.reading)
 
 

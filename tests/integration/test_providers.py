@@ -52,6 +52,7 @@ class Reply:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    drip_s: float = 0.0  # sends the body a byte at a time, this far apart
 
 
 @dataclass
@@ -113,7 +114,9 @@ class FakeServer:
                        *reply.headers.items()]
             try:
                 await stream.send_all(conn.send(h11.Response(status_code=reply.status, headers=headers)))
-                await stream.send_all(conn.send(h11.Data(data=payload)))
+                for piece in ([payload[i:i + 1] for i in range(len(payload))] if reply.drip_s else [payload]):
+                    await stream.send_all(conn.send(h11.Data(data=piece)))
+                    await trio.sleep(reply.drip_s)
                 await stream.send_all(conn.send(h11.EndOfMessage()))
             except trio.BrokenResourceError:
                 return
@@ -661,3 +664,127 @@ async def test_a_schema_the_server_refuses_does_not_take_structured_output_from_
     await provider.extract(document(), SCHEMA, client)
     assert [r.body["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object",
                                                                            "json_schema"]
+
+
+# --- hostile servers and keys -------------------------------------------------------------
+
+
+def provider_of(name: str, server: FakeServer, timeout_ms: int = 5000, key: str = KEY) -> Any:
+    if name == "openai":
+        return OpenAIProvider(dataclasses.replace(openai_config(server, timeout_ms), api_key=Secret(key)))
+    return AnthropicProvider(dataclasses.replace(anthropic_config(server, timeout_ms), api_key=Secret(key)))
+
+
+def as_body(reply: Reply) -> bytes:
+    return reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_packed_answer_is_never_unpacked_past_the_answer_limit(
+        server: FakeServer, client: httpx.AsyncClient, provider: str) -> None:
+    """2 MB of gzip was 2 GiB of zeros in the daemon's memory, and the loop stalled for seconds."""
+    import gzip
+
+    bomb = gzip.compress(b"0" * (64 * 1024 * 1024), compresslevel=9)  # 64 MiB of zeros in ~64 KB
+    server.replies.append(Reply(body=bomb, headers={"content-encoding": "gzip"}))
+    with pytest.raises(PermanentJobError) as caught:
+        await provider_of(provider, server).extract(document(), SCHEMA, client)
+    assert caught.value.code == "AI_PROVIDER_ERROR"
+    assert caught.value.message == f"{provider}: the answer is larger than 1,048,576 bytes, which no extraction needs"
+    assert server.requests[0].headers["accept-encoding"] == "identity"
+    # A server that packs a fair answer all the same is still read.
+    server.replies.append(Reply(body=gzip.compress(as_body(answer(provider, ANSWER))),
+                                headers={"content-encoding": "gzip"}))
+    output = await provider_of(provider, server).extract(document(), SCHEMA, client)
+    assert output.result == ANSWER
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_answer_past_the_limit_is_refused_unread(
+        server: FakeServer, client: httpx.AsyncClient, provider: str) -> None:
+    """A 100 MB answer became a COMPLETED result of 200 MB, at 1.5 GB of memory per job."""
+    server.replies.append(answer(provider, {**ANSWER, "invoice_number": "X" * (2 * 1024 * 1024)}))
+    with pytest.raises(PermanentJobError) as caught:
+        await provider_of(provider, server).extract(document(), SCHEMA, client)
+    assert caught.value.code == "AI_PROVIDER_ERROR" and "larger than 1,048,576 bytes" in caught.value.message
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_server_that_drips_its_answer_times_out_as_a_whole(
+        server: FakeServer, client: httpx.AsyncClient, provider: str) -> None:
+    """httpx's timeout bounds each read: a byte every 0.1 s never tripped it, and a job, its
+    worker with it, stayed RUNNING for as long as the server liked."""
+    server.replies.append(Reply(body=as_body(answer(provider, ANSWER)), drip_s=0.1))
+    started = trio.current_time()
+    with pytest.raises(TransientJobError) as caught:
+        await provider_of(provider, server, timeout_ms=1000).extract(document(), SCHEMA, client)
+    assert caught.value.code == "AI_PROVIDER_TIMEOUT"
+    assert trio.current_time() - started < 3
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_key_the_server_echoes_is_scrubbed_before_the_message_is_cut(
+        server: FakeServer, client: httpx.AsyncClient, provider: str) -> None:
+    """The message was cut to 300 characters first: a key at the cut kept all but its end."""
+    for text in ("x" * 280 + f" credential {KEY}", f"Incorrect API key provided: {KEY.upper()}"):
+        server.replies.append(Reply(401, {"error": {"message": text}}))
+        with pytest.raises(PermanentJobError) as caught:
+            await provider_of(provider, server).extract(document(), SCHEMA, client)
+        assert KEY[:12].lower() not in caught.value.message.lower(), caught.value.message
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_a_key_http_refuses_is_never_quoted(server: FakeServer, client: httpx.AsyncClient,
+                                                  provider: str) -> None:
+    """A key ending in a newline (a key file written with echo): httpx refused the header and
+    its message, the key in it, became every failed job's errorMessage."""
+    with pytest.raises(PermanentJobError) as caught:
+        await provider_of(provider, server, key=KEY + "\n").extract(document(), SCHEMA, client)
+    assert caught.value.code == "AI_PROVIDER_ERROR"
+    assert KEY not in caught.value.message and "sk-test" not in caught.value.message
+    assert server.requests == []
+
+
+def test_a_key_with_a_line_break_is_refused_by_the_configuration() -> None:
+    from daemon.errors import ConfigError
+
+    for variable in ("DOCEX_OPENAI_API_KEY", "DOCEX_ANTHROPIC_API_KEY"):
+        with pytest.raises(ConfigError) as caught:
+            load_config(environ={variable: KEY + "\n"})
+        (problem,) = [p for p in caught.value.problems if "api_key" in p]
+        assert problem.endswith("must be printable ASCII with no space or line break (a key file written with "
+                                "echo ends in a newline: write it with printf '%s', or strip it)")
+        assert KEY not in problem
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+async def test_an_unpaired_surrogate_in_an_answer_is_replaced(server: FakeServer, tmp_path: Path,
+                                                              provider: str) -> None:
+    """Stored as it came, it broke every export of the schema mid-stream and every JSON
+    webhook of the job, and the result could not be saved back."""
+    path = tmp_path / "invoice.txt"
+    path.write_text(TEXT)
+    wire = as_body(answer(provider, ANSWER)).replace(b"INV-7", b"INV\\\\ud800-7" if provider == "openai"
+                                                      else b"INV\\ud800-7")
+    server.replies.append(Reply(body=wire))
+    extraction = await extract(path, filetypes.TXT, {**SCHEMA, "x-docex-provider": provider}, config_for(server))
+    assert extraction.result["invoice_number"] == "INV\ufffd-7"
+    json.dumps(extraction.result, ensure_ascii=False).encode("utf-8")  # what exports and webhooks write
+    json.dumps(extraction.meta, ensure_ascii=False).encode("utf-8")
+
+
+@pytest.mark.parametrize("usage", [{"prompt_tokens": "lots"}, [1], {"prompt_tokens": -5, "completion_tokens": True}])
+async def test_a_malformed_usage_costs_the_count_not_the_result(
+        server: FakeServer, client: httpx.AsyncClient, usage: Any) -> None:
+    server.replies.append(Reply(body={**chat(json.dumps(ANSWER)), "usage": usage}))
+    output = await OpenAIProvider(openai_config(server)).extract(document(), SCHEMA, client)
+    assert output.result == ANSWER and output.usage == {"requests": 1, "inputTokens": 0, "outputTokens": 0}
+
+
+async def test_a_message_that_is_not_an_object_is_a_provider_error(server: FakeServer,
+                                                                   client: httpx.AsyncClient) -> None:
+    server.replies.append(Reply(body={"choices": [{"message": "hi"}]}))
+    with pytest.raises(PermanentJobError) as caught:
+        await OpenAIProvider(openai_config(server)).extract(document(), SCHEMA, client)
+    assert (caught.value.code, caught.value.message) == ("AI_PROVIDER_ERROR",
+                                                         "openai: the answer's message is not an object")

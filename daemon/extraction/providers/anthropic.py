@@ -24,7 +24,8 @@ from daemon.extraction.providers.llm import (
     ask_in_chunks,
     classify_response,
     instructions_with,
-    transport_error,
+    post,
+    tokens,
 )
 
 API_VERSION = "2023-06-01"
@@ -63,11 +64,8 @@ class AnthropicProvider:
         headers = {"content-type": "application/json", "anthropic-version": API_VERSION}
         if self._key:
             headers["x-api-key"] = self._key
-        try:
-            response = await client.post(self.url, json=body, headers=headers,
-                                         timeout=self.config.timeout_ms / 1000)
-        except httpx.HTTPError as exc:
-            raise transport_error("anthropic", exc, self._key) from exc
+        response = await post("anthropic", client, self.url, body=body, headers=headers,
+                              timeout_s=self.config.timeout_ms / 1000, secret=self._key)
         problem = classify_response("anthropic", response, self._key)
         if problem is not None:
             raise problem
@@ -82,8 +80,6 @@ class AnthropicProvider:
             reason = data.get("stop_reason") if isinstance(data, dict) else None
             raise PermanentJobError("AI_PROVIDER_ERROR",
                                     f"anthropic: the model did not call the extraction tool (stop: {reason})")
-        usage = data.get("usage") or {}
-        return call["input"], [{
-            "inputTokens": int(usage.get("input_tokens") or 0),
-            "outputTokens": int(usage.get("output_tokens") or 0),
-        }]
+        usage = data.get("usage")
+        return call["input"], [{"inputTokens": tokens(usage, "input_tokens"),
+                                "outputTokens": tokens(usage, "output_tokens")}]

@@ -16,11 +16,14 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import json
+import math
 import re
+import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
+import trio
 
 from daemon import jsonvalues
 from daemon.errors import JobError, PermanentJobError, TransientJobError
@@ -32,6 +35,9 @@ from daemon.extraction.providers.base import ProviderOutput
 DEFAULT_CHUNK_CHARS = 240_000
 MIN_CHUNK_CHARS = 2_000
 MAX_OUTPUT_TOKENS = 8192
+# An answer is at most MAX_OUTPUT_TOKENS of JSON (some 40 KB) in its envelope, an error a
+# page: anything near this is a broken or hostile server, refused unread past it.
+MAX_ANSWER_BYTES = 1024 * 1024
 
 INSTRUCTIONS = (
     "You extract data from documents. Read the document text below (pages are marked "
@@ -220,21 +226,80 @@ def retry_after(response: httpx.Response, now: dt.datetime | None = None) -> flo
     return max(0.0, (when - now).total_seconds())
 
 
+async def post(provider: str, client: httpx.AsyncClient, url: str, *, body: dict[str, Any],
+               headers: dict[str, str], timeout_s: float, secret: str | None) -> httpx.Response:
+    """POST `body` as JSON; the answer, read whole.
+
+    `timeout_s` bounds the whole exchange: httpx's own timeout bounds each read, so a server
+    dripping a byte every few seconds held a job, and its worker, for good. The answer is
+    at most `MAX_ANSWER_BYTES`, and never unpacked past that (docex asks for none packed:
+    2 MB of gzip was 2 GiB in the daemon's memory).
+
+    Raises:
+        JobError: AI_PROVIDER_TIMEOUT past the deadline, AI_PROVIDER_ERROR for a connection
+            that failed or an answer too large.
+    """
+    try:
+        with trio.fail_after(timeout_s):
+            request = client.build_request("POST", url, json=body, timeout=timeout_s,
+                                           headers={**headers, "Accept-Encoding": "identity"})
+            answer = await client.send(request, stream=True)
+            try:
+                raw = bytearray()
+                async for chunk in answer.aiter_raw():
+                    raw += chunk
+                    if len(raw) > MAX_ANSWER_BYTES:
+                        raise _too_large(provider)
+            finally:
+                await answer.aclose()
+    except trio.TooSlowError:
+        raise TransientJobError("AI_PROVIDER_TIMEOUT", f"{provider} did not answer in time") from None
+    except httpx.HTTPError as exc:
+        raise transport_error(provider, exc, secret) from exc
+    encoding = answer.headers.get("Content-Encoding", "identity").strip().lower()
+    content = bytes(raw) if encoding in ("", "identity") else _unpacked(provider, encoding, bytes(raw))
+    kept = [(name, value) for name, value in answer.headers.multi_items()
+            if name.lower() not in ("content-encoding", "content-length", "transfer-encoding")]
+    return httpx.Response(answer.status_code, headers=kept, content=content, request=request)
+
+
+def _unpacked(provider: str, encoding: str, packed: bytes) -> bytes:
+    """A gzip or deflate answer sent though docex asked for none, unpacked to at most
+    `MAX_ANSWER_BYTES`."""
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        raise PermanentJobError("AI_PROVIDER_ERROR", f"{provider}: the answer is {encoding[:40]}-encoded, "
+                                "which docex does not read")
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 32 if "gzip" in encoding else zlib.MAX_WBITS)
+    try:
+        content = inflater.decompress(packed, MAX_ANSWER_BYTES + 1)
+    except zlib.error as exc:
+        raise PermanentJobError("AI_PROVIDER_ERROR", f"{provider}: the answer's {encoding} is broken") from exc
+    if len(content) > MAX_ANSWER_BYTES:
+        raise _too_large(provider)
+    return content
+
+
+def _too_large(provider: str) -> JobError:
+    return PermanentJobError("AI_PROVIDER_ERROR", f"{provider}: the answer is larger than {MAX_ANSWER_BYTES:,} "
+                             "bytes, which no extraction needs")
+
+
 def error_message(response: httpx.Response) -> str:
-    """The server's own words about an error, short, from the usual JSON shapes."""
+    """The server's own words about an error, from the usual JSON shapes (cut short by
+    `classify_response`, once the key is scrubbed from them)."""
     try:
         body = response.json()
     except ValueError:
-        return response.text[:300].strip()
+        return response.text.strip()
     if isinstance(body, dict):
         error = body.get("error")
         if isinstance(error, dict):
-            return str(error.get("message") or error.get("type") or error)[:300]
+            return str(error.get("message") or error.get("type") or error)
         if isinstance(error, str):
-            return error[:300]
+            return error
         if "message" in body:
-            return str(body["message"])[:300]
-    return json.dumps(body)[:300]
+            return str(body["message"])
+    return json.dumps(body)
 
 
 def classify_response(provider: str, response: httpx.Response, secret: str | None) -> JobError | ContextTooLong | None:
@@ -242,7 +307,8 @@ def classify_response(provider: str, response: httpx.Response, secret: str | Non
     status = response.status_code
     if 200 <= status < 300:
         return None
-    message = scrub(error_message(response), secret)
+    # Scrubbed, then cut: cut first, a key at the cut kept all but its last characters.
+    message = scrub(error_message(response), secret)[:300].strip()
     where = f"{provider} answered {status}"
     if status == 429:
         return TransientJobError("AI_PROVIDER_RATE_LIMIT", f"{where} (rate limited): {message}",
@@ -258,14 +324,28 @@ def transport_error(provider: str, exc: httpx.HTTPError, secret: str | None) -> 
     """A timeout or a connection failure as a retryable errorCode."""
     if isinstance(exc, httpx.TimeoutException):
         return TransientJobError("AI_PROVIDER_TIMEOUT", f"{provider} did not answer in time")
+    if isinstance(exc, httpx.LocalProtocolError):
+        # Never its words: they quote the request's headers, the API key among them.
+        return PermanentJobError("AI_PROVIDER_ERROR", f"{provider}: the request could not be sent as HTTP (is the "
+                                 "API key one line of printable characters?)")
     return TransientJobError("AI_PROVIDER_ERROR",
                              f"{provider} could not be reached: {scrub(str(exc) or type(exc).__name__, secret)}")
 
 
 def scrub(text: str, secret: str | None) -> str:
+    """`text` without the API key, in any case (a server may echo it lower-cased)."""
     if secret:
-        text = text.replace(secret, "********")
+        text = re.sub(re.escape(secret), "********", text, flags=re.IGNORECASE)
     return text
+
+
+def tokens(usage: object, name: str) -> int:
+    """A token count from an answer's `usage`, 0 when it is not one (a server's malformed
+    usage costs the count, not the result)."""
+    value = usage.get(name) if isinstance(usage, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        return 0
+    return int(value)
 
 
 def usage_total(usages: list[dict[str, int]]) -> dict[str, int]:

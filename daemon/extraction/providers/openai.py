@@ -34,8 +34,9 @@ from daemon.extraction.providers.llm import (
     drop_nulls,
     instructions_with,
     parse_json_answer,
+    post,
     strict_schema,
-    transport_error,
+    tokens,
 )
 from daemon.schemas.definition import check_result
 
@@ -107,11 +108,8 @@ class OpenAIProvider:
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
             headers["api-key"] = self._key  # Azure OpenAI's header; others ignore it
-        try:
-            return await client.post(self.url, json=body, headers=headers,
-                                     timeout=self.config.timeout_ms / 1000)
-        except httpx.HTTPError as exc:
-            raise transport_error("openai", exc, self._key) from exc
+        return await post("openai", client, self.url, body=body, headers=headers,
+                          timeout_s=self.config.timeout_ms / 1000, secret=self._key)
 
     def _check(self, response: httpx.Response) -> dict[str, Any]:
         problem = classify_response("openai", response, self._key)
@@ -145,6 +143,8 @@ def _content(data: dict[str, Any]) -> str:
         message = data["choices"][0]["message"]
     except (KeyError, IndexError, TypeError) as exc:
         raise PermanentJobError("AI_PROVIDER_ERROR", "openai: the answer has no message") from exc
+    if not isinstance(message, dict):
+        raise PermanentJobError("AI_PROVIDER_ERROR", "openai: the answer's message is not an object")
     if message.get("refusal"):
         raise PermanentJobError("AI_PROVIDER_ERROR", f"openai: the model refused: {message['refusal']}"[:300])
     content = message.get("content")
@@ -156,8 +156,5 @@ def _content(data: dict[str, Any]) -> str:
 
 
 def _usage(data: dict[str, Any]) -> dict[str, int]:
-    usage = data.get("usage") or {}
-    return {
-        "inputTokens": int(usage.get("prompt_tokens") or 0),
-        "outputTokens": int(usage.get("completion_tokens") or 0),
-    }
+    usage = data.get("usage")
+    return {"inputTokens": tokens(usage, "prompt_tokens"), "outputTokens": tokens(usage, "completion_tokens")}
