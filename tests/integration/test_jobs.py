@@ -479,67 +479,52 @@ async def test_a_retryable_failure_is_retried_with_backoff_then_fails(
         ["job.queued"] + ["job.started"] * max_attempts + ["job.failed"])
 
 
+def _extract_failing(monkeypatch: Any, times: int, error: Exception) -> list[int]:
+    """The worker pool's extraction, raising `error` its first `times` calls; how many it
+    raised, counted in the list returned."""
+    import daemon.jobs.pool as pool
+
+    real_extract = pool.extract
+    raised = [0]
+
+    async def extract(*args: Any, **kwargs: Any) -> Any:
+        if raised[0] < times:
+            raised[0] += 1
+            raise error
+        return await real_extract(*args, **kwargs)
+
+    monkeypatch.setattr(pool, "extract", extract)
+    return raised
+
+
 def _lost_connection(statement: str) -> Any:
     """What SQLAlchemy raises when the server ends the connection (a restart, a failover,
     pg_terminate_backend): an OperationalError whose connection was invalidated."""
-    import sqlalchemy as sa
-
     return sa.exc.OperationalError(statement, {}, Exception("terminating connection due to administrator command"),
                                    connection_invalidated=True)
 
 
+@pytest.mark.parametrize(("error", "raised", "max_attempts", "attempts"), [
+    # A lock held past SQLite's busy timeout: an attempt, counted.
+    (sa.exc.OperationalError("SELECT 1", {}, Exception("database is locked")), 1, 3, 2),
+    # A lost connection (a flapping failover) used up the attempts and failed the job for
+    # good, with "the job will be tried again" as its message: not counted now.
+    (_lost_connection("SELECT learned_examples"), 3, 1, 1),
+])
 async def test_a_database_error_during_an_attempt_retries_the_job(
-        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
+        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any, error: Exception,
+        raised: int, max_attempts: int, attempts: int) -> None:
     """A database error in the middle of an attempt failed the job as INTERNAL_ERROR, like a
-    bug in docex; the document was never at fault. One that is not a lost connection (a lock
-    held past SQLite's busy timeout) counts as an attempt."""
-    import sqlalchemy as sa
-
-    import daemon.jobs.pool as pool
-
-    real_extract = pool.extract
-    failed = 0
-
-    async def failing_once(*args: Any, **kwargs: Any) -> Any:
-        nonlocal failed
-        if not failed:
-            failed += 1
-            raise sa.exc.OperationalError("SELECT 1", {}, Exception("database is locked"))
-        return await real_extract(*args, **kwargs)
-
-    monkeypatch.setattr(pool, "extract", failing_once)
-    with_jobs_config(services, retry_backoff_initial_ms=100, max_attempts=3)
+    bug in docex; the document was never at fault."""
+    count = _extract_failing(monkeypatch, raised, error)
+    with_jobs_config(services, retry_backoff_initial_ms=50, max_attempts=max_attempts)
     job = await create_job(client, alice, schema_id)
     async with running_workers(services):
         done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED", deadline_s=20)
-    assert done["status"] == "COMPLETED" and done["attempts"] == 2 and done["errorCode"] is None, done
-    assert failed == 1
-
-
-async def test_attempts_that_lose_the_database_connection_do_not_count(
-        client: Any, services: Any, alice: dict[str, str], schema_id: str, monkeypatch: Any) -> None:
-    """A database that kept dropping connections (a flapping failover) used up a job's
-    attempts, and failed it for good with "the job will be tried again" as its message."""
-    import daemon.jobs.pool as pool
-
-    real_extract = pool.extract
-    lost = 0
-
-    async def losing_the_connection_thrice(*args: Any, **kwargs: Any) -> Any:
-        nonlocal lost
-        if lost < 3:
-            lost += 1
-            raise _lost_connection("SELECT learned_examples")
-        return await real_extract(*args, **kwargs)
-
-    monkeypatch.setattr(pool, "extract", losing_the_connection_thrice)
-    with_jobs_config(services, retry_backoff_initial_ms=50, max_attempts=1)
-    job = await create_job(client, alice, schema_id)
-    async with running_workers(services):
-        done = await wait_for_status(client, alice, job["id"], "FAILED", "COMPLETED", deadline_s=20)
-    assert done["status"] == "COMPLETED" and done["attempts"] == 1 and done["errorCode"] is None, done
-    assert lost == 3
-    assert await event_types(services, job_id=job["id"]) == ["job.queued"] + ["job.started"] * 4 + ["job.completed"]
+    assert done["status"] == "COMPLETED" and done["attempts"] == attempts and done["errorCode"] is None, done
+    assert count == [raised]
+    started = ["job.started"] * (raised + 1)
+    assert await event_types(services, job_id=job["id"]) == ["job.queued", *started, "job.completed"]
 
 
 async def test_an_outcome_written_as_the_connection_drops_is_written_again(
