@@ -788,3 +788,22 @@ async def test_a_message_that_is_not_an_object_is_a_provider_error(server: FakeS
         await OpenAIProvider(openai_config(server)).extract(document(), SCHEMA, client)
     assert (caught.value.code, caught.value.message) == ("AI_PROVIDER_ERROR",
                                                          "openai: the answer's message is not an object")
+
+
+async def test_a_provider_error_quoting_unstorable_characters_fails_the_job_at_once(
+        server: FakeServer, services: Services, app: Any) -> None:
+    """A NUL or an unpaired surrogate in a provider's error: the database refused the
+    message, the outcome was lost, and the job ran again until "the worker stopped
+    responding 3 times"."""
+    from jobs_helpers import create_job, create_schema, register, running_workers, wait_for_status
+
+    services.apply_config(dataclasses.replace(services.config, openai=openai_config(server)))
+    server.respond = lambda request: Reply(400, b'{"error": {"message": "bad \\u0000 request \\ud800 here"}}')
+    api = app.test_client()
+    alice = await register(api)
+    schema_id = await create_schema(api, alice, {**SCHEMA, "x-docex-provider": "openai"})
+    async with running_workers(services, workers=1):
+        job = await create_job(api, alice, schema_id, TEXT.encode())
+        failed = await wait_for_status(api, alice, job["id"], "COMPLETED", "FAILED")
+    assert (failed["status"], failed["errorCode"], failed["attempts"]) == ("FAILED", "AI_PROVIDER_ERROR", 1), failed
+    assert failed["errorMessage"] == "openai answered 400: bad  request \ufffd here"

@@ -53,6 +53,7 @@ from daemon.jobs.models import (
     least_confidence,
 )
 from daemon.jobs.records import Job, JobRun, job_json, run_json, version_of
+from daemon.jsonvalues import storable
 from daemon.storage.database import Wake, as_utc, lock_rows, stamped_after, wake_after_commit
 from daemon.storage.ids import new_id
 from daemon.storage.outbox import record_event
@@ -450,7 +451,8 @@ def _next_user(conn: Connection, now: dt.datetime, previous: str | None) -> str 
     Taken oldest first whoever's, one user's batch of slow documents held every worker
     while another user's one-page job waited behind all of it. Each gap between the users
     passed over is one seek of `ix_jobs_waiting_user`: running jobs are few (the workers),
-    and a user's waiting jobs are never walked, however many there are.
+    and a user's due jobs are never walked, however many there are (jobs waiting out a
+    retry delay are: the index cannot skip them inside a range of users).
     """
     passed = {row.user_id for row in conn.execute(sa.select(jobs.c.user_id).where(jobs.c.status == JobStatus.RUNNING))}
     if previous is not None:
@@ -597,10 +599,14 @@ def fail_job(
     retry_at: dt.datetime | None,
 ) -> Job | None:
     """RUNNING → QUEUED again at `retry_at` (PENDING, fetching its file, stays PENDING until
-    then), or either → FAILED when `retry_at` is None. None if the lease is no longer ours."""
+    then), or either → FAILED when `retry_at` is None. None if the lease is no longer ours.
+
+    The message may quote a provider's or a document's words: without NULs and unpaired
+    surrogates, which PostgreSQL and SQLite refused to store (the outcome was lost, and the
+    job ran again until "the worker stopped responding")."""
     values: dict[str, Any] = {
         "error_code": code,
-        "error_message": message[:2000],
+        "error_message": storable(message[:2000]),
         "updated_at": now,
         "lease_owner": None,
         "lease_expires_at": None,
