@@ -8,8 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from daemon.config import Config
-from daemon.crypto import key_from_hex, seal_json, unseal_json
-from daemon.errors import ConfigError
+from daemon.crypto import seal_json, unseal_json
+from daemon.webhooks.keys import encryption_key
 
 
 def _associated_data(integration_id: str) -> bytes:
@@ -17,14 +17,7 @@ def _associated_data(integration_id: str) -> bytes:
 
 
 def _key(config: Config) -> bytes:
-    """The key in force (read at use time, so SIGHUP applies).
-
-    Raises:
-        ConfigError: no key is configured (development fills one in at start).
-    """
-    if config.webhooks.encryption_key is None:
-        raise ConfigError(["WEBHOOK_ENCRYPTION_KEY: required to store integration credentials"])
-    return key_from_hex(config.webhooks.encryption_key.reveal())
+    return encryption_key(config.webhooks, "integration credentials")
 
 
 def seal_secrets(config: Config, integration_id: str, secrets: dict[str, Any]) -> bytes:

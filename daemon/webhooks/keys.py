@@ -22,15 +22,16 @@ def _headers_associated_data(endpoint_id: str) -> bytes:
     return b"webhook-headers:" + endpoint_id.encode("ascii")
 
 
-def encryption_key(config: WebhooksConfig) -> bytes:
-    """The key of the configuration in force (read at use time, so SIGHUP applies).
+def encryption_key(config: WebhooksConfig, needed_for: str = "webhook signing secrets") -> bytes:
+    """The key of the configuration in force (read at use time, so SIGHUP applies), which
+    seals every secret docex stores: webhooks' and integrations'.
 
     Raises:
         ConfigError: no key is configured (development fills one in at start).
     """
     key = configured_key(config)
     if key is None:
-        raise ConfigError(["WEBHOOK_ENCRYPTION_KEY: required to store webhook signing secrets"])
+        raise ConfigError([f"WEBHOOK_ENCRYPTION_KEY: required to store {needed_for}"])
     return key
 
 
@@ -47,7 +48,6 @@ def open_secret(config: WebhooksConfig, endpoint_id: str, sealed: bytes) -> str:
     return unseal(encryption_key(config), sealed, associated_data=_associated_data(endpoint_id)).decode("utf-8")
 
 
-
 def seal_headers_with(key: bytes, endpoint_id: str, headers: dict[str, str]) -> bytes | None:
     """The custom headers sealed for `endpoint_id`, or None for none (migration 0014, which
     sealed the headers stored before, is given the key rather than a configuration)."""
@@ -62,9 +62,9 @@ def open_headers_with(key: bytes, endpoint_id: str, sealed: bytes | None) -> dic
 
 
 def seal_headers(config: WebhooksConfig, endpoint_id: str, headers: dict[str, str]) -> bytes | None:
-    return seal_headers_with(encryption_key(config), endpoint_id, headers) if headers else None
+    return seal_headers_with(encryption_key(config), endpoint_id, headers)
 
 
 def open_headers(config: WebhooksConfig, endpoint_id: str, sealed: bytes | None) -> dict[str, str]:
     """The custom headers; raises `daemon.crypto.SealError` if they do not open under the key."""
-    return open_headers_with(encryption_key(config), endpoint_id, sealed) if sealed is not None else {}
+    return open_headers_with(encryption_key(config), endpoint_id, sealed)
