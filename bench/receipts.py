@@ -50,7 +50,7 @@ from daemon.extraction.parsers.base import ParseOptions  # noqa: E402
 from daemon.extraction.parsers.ocr import parse_image  # noqa: E402
 from daemon.extraction.providers.rules.engine import extract_rules  # noqa: E402
 
-PARSER_SOURCES = ("ocr.py", "rapidocr.py", "scanned.py", "base.py")
+PARSER_SOURCES = ("ocr.py", "rapidocr.py", "stamps.py", "trailing.py", "scanned.py", "base.py")
 
 
 def parser_fingerprint(engine: str) -> str:

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from daemon.errors import PermanentJobError
 from daemon.extraction.document import Word
-from daemon.extraction.parsers import heap, stamps
+from daemon.extraction.parsers import heap, stamps, trailing
 
 if TYPE_CHECKING:
     import numpy
@@ -163,12 +163,14 @@ def rapidocr_lines(image: Image.Image) -> list[list[Word]]:
 
 def _runs(image: Image.Image) -> list[list[Word]]:
     """`rapidocr_lines` of an image read whole; where red ink crosses the print, those
-    lines read again from the page with the stamp lifted (`stamps`)."""
+    lines read again from the page with the stamp lifted (`stamps`); where a line's last
+    comma or stop was left out, that line read again with it (`trailing`)."""
     pixels, scale_x, scale_y = _model_input(image)
     try:
         runs = _read(pixels, scale_x, scale_y, image)
         if runs:
             runs = _restamped(runs, pixels, scale_x, scale_y, image)
+            runs = _with_trailing_marks(runs, pixels, scale_x, scale_y)
     finally:
         del pixels
         heap.give_back()  # the activations' pages, before the next reading takes an OCR slot
@@ -208,6 +210,39 @@ def _restamped(runs: list[Word], pixels: numpy.ndarray, scale_x: float, scale_y:
     del lifted
     again_crossed = [stamps.crossed(in_pixels(word), mark, printed) for word in again]
     return stamps.merged(runs, again, crossed, again_crossed)
+
+
+def _with_trailing_marks(runs: list[Word], pixels: numpy.ndarray, scale_x: float, scale_y: float) -> list[Word]:
+    """`runs` with the comma or stop after a line's last word that the detector left out
+    (`trailing`), read again from `pixels` (RapidOCR's input) where one lies beside it."""
+
+    def in_pixels(word: Word) -> Word:
+        return Word(word.text, word.x0 / scale_x, word.y0 / scale_y, word.x1 / scale_x, word.y1 / scale_y)
+
+    again: list[int] = []
+    crops = []
+    for index, run in enumerate(runs):
+        box = in_pixels(run)
+        if trailing.room_after(run, runs) and trailing.mark_beside(pixels, box):
+            x0, y0, x1, y1 = trailing.crop_box(pixels, box)
+            again.append(index)
+            crops.append(pixels[y0:y1, x0:x1])
+    if not crops:
+        return runs
+    try:
+        output = _load().recognize_txt(crops)
+    except Exception as exc:
+        if isinstance(exc, MemoryError) or any(words in str(exc) for words in _REFUSED):
+            raise MemoryError from exc  # PARSE_OUT_OF_MEMORY, as for the first reading
+        return runs  # a second reading that fails is only left out
+    out = list(runs)
+    for index, raw in zip(again, output.txts or (), strict=False):
+        run = runs[index]
+        mark = trailing.added_mark(run.text, plain_text(str(raw)))
+        if mark is not None:
+            height = run.y1 - run.y0
+            out[index] = Word(run.text + mark, run.x0, run.y0, run.x1 + 0.3 * height, run.y1, run.conf)
+    return out
 
 
 def _read(pixels: numpy.ndarray, scale_x: float, scale_y: float, image: Image.Image) -> list[Word]:
