@@ -183,7 +183,7 @@ def _restamped(runs: list[Word], pixels: numpy.ndarray, scale_x: float, scale_y:
     lifted (`stamps`)."""
 
     def in_pixels(word: Word) -> Word:
-        return Word(word.text, word.x0 / scale_x, word.y0 / scale_y, word.x1 / scale_x, word.y1 / scale_y)
+        return _in_input(word, scale_x, scale_y)
 
     ink = stamps.red_ink(pixels)
     if ink is None:
@@ -215,15 +215,12 @@ def _restamped(runs: list[Word], pixels: numpy.ndarray, scale_x: float, scale_y:
 def _with_trailing_marks(runs: list[Word], pixels: numpy.ndarray, scale_x: float, scale_y: float) -> list[Word]:
     """`runs` with the comma or stop after a line's last word that the detector left out
     (`trailing`), read again from `pixels` (RapidOCR's input) where one lies beside it."""
-
-    def in_pixels(word: Word) -> Word:
-        return Word(word.text, word.x0 / scale_x, word.y0 / scale_y, word.x1 / scale_x, word.y1 / scale_y)
-
     again: list[int] = []
     crops = []
     for index, run in enumerate(runs):
-        box = in_pixels(run)
-        if trailing.room_after(run, runs) and trailing.mark_beside(pixels, box):
+        box = _in_input(run, scale_x, scale_y)
+        # The pixels first: a blot beside a run is rare, and the look at its line walks every run.
+        if trailing.mark_beside(pixels, box) and trailing.room_after(run, runs):
             x0, y0, x1, y1 = trailing.crop_box(pixels, box)
             again.append(index)
             crops.append(pixels[y0:y1, x0:x1])
@@ -240,9 +237,14 @@ def _with_trailing_marks(runs: list[Word], pixels: numpy.ndarray, scale_x: float
         run = runs[index]
         mark = trailing.added_mark(run.text, plain_text(str(raw)))
         if mark is not None:
-            height = run.y1 - run.y0
+            height = run.y1 - run.y0  # the box reaches over the mark: about a third of a height
             out[index] = Word(run.text + mark, run.x0, run.y0, run.x1 + 0.3 * height, run.y1, run.conf)
     return out
+
+
+def _in_input(word: Word, scale_x: float, scale_y: float) -> Word:
+    """`word`'s box in RapidOCR's input (`_model_input`), from the image's pixels."""
+    return Word(word.text, word.x0 / scale_x, word.y0 / scale_y, word.x1 / scale_x, word.y1 / scale_y)
 
 
 def _read(pixels: numpy.ndarray, scale_x: float, scale_y: float, image: Image.Image) -> list[Word]:
