@@ -86,7 +86,10 @@ class FakeServer:
             while True:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
-                    data = await stream.receive_some(65536)
+                    try:
+                        data = await stream.receive_some(65536)
+                    except trio.BrokenResourceError:
+                        return  # the client reset the connection (it left an answer unread)
                     if not data:
                         return
                     conn.receive_data(data)
