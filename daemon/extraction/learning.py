@@ -128,9 +128,15 @@ _WORD = re.compile(r"[A-Z0-9]+")
 _CUSTOMER = re.compile(r"\b(?:BILL(?:ED)?|SHIP(?:PED)?|SOLD|INVOICE[DS]?|DELIVER(?:Y|ED)?|CHARGE)\s*TO\b|"
                        r"\b(?:CUSTOMER|CLIENT|BUYER|CONSIGNEE|RECIPIENT|ATTN|ATTENTION)(?:'?S)?\s*"
                        r"(?:[:.#]|(?:NAME|NO|NUMBER|ID|GST|VAT|TAX|CODE|ACCOUNT|ADDRESS|REF)\b|$)")
-# Lines every receipt prints, which say nothing of its issuer.
+# Lines every receipt prints, which say nothing of its issuer: its title, and the column
+# heads of its items ("Description Qty U.price Total TAX"), which every shop on the same
+# till software prints alike.
 _GENERIC = re.compile(r"^(SIMPLIFIED|TAX|INVOICE|RECEIPT|CASH|BILL|OFFICIAL|SALES|ORDER|COPY|THANK|YOU|AND|"
-                      r"GST|ID|NO|REG|TEL|FAX|DATE|TIME|TABLE|CASHIER|\s)+$")
+                      r"GST|ID|NO|REG|TEL|FAX|DATE|TIME|TABLE|CASHIER|DESCRIPTION|DESC|ITEMS?|QTY|QUANTITY|"
+                      r"UNIT|U ?PRICE|PRICE|TOTAL|AMOUNT|AMT|DISC|RM|CODE|\s)+$")
+# A line of a postcode and its town ("43200 CHERAS SELANGOR.", "81100 JOHOR BAHRU",
+# "Springfield, IL 62704"): every shop of the town prints it.
+_POSTCODE_LINE = re.compile(r"\W*\d{4,6}(?:\W+[A-Z]+){1,4}\W*|\W*(?:[A-Z]+\W+){1,4}\d{4,6}\W*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +212,7 @@ def fingerprint(reading: Sequence[ReadingLine]) -> list[str]:
                     keys.add("r:" + digits)
         words = _words(upper)
         if lines < _FINGERPRINT_LINES and sum(c.isalpha() for c in words) >= _MIN_LETTERS \
-                and not _GENERIC.match(words):
+                and not _GENERIC.match(words) and not _POSTCODE_LINE.fullmatch(upper):
             lines += 1
             keys.add("h:" + hashlib.blake2b(normalised(text).encode(), digest_size=8).hexdigest())
     return sorted(keys)

@@ -65,6 +65,20 @@ def test_suppliers_billing_one_customer_share_none_of_their_keys() -> None:
     assert "r:123456789" in set(fingerprint(receipt(["CLIENT SOLUTIONS LTD", *MUELLER[1:]], "A-1", "7.70")))
 
 
+def test_shops_of_one_town_on_one_till_share_no_keys() -> None:
+    """Before: two restaurants of one town, both printing their postcode line and the same
+    till's column heads above the items, shared two keys and were taken for one issuer."""
+    till = "Description Qty U.price Total TAX"
+    wan_sheng = set(fingerprint(receipt(["RESTORAN WAN SHENG", "No.2, Jalan Temenggung 19/9,",
+                                         "43200 Cheras, Selangor", till], "A-1", "7.70")))
+    mentai = set(fingerprint(receipt(["SUSHI MENTAI - MAHKOTA CHERAS", "NO: 1-1&2 GROUND FLOOR,",
+                                      "43200 CHERAS SELANGOR.", till], "B-1", "8.10")))
+    assert len(wan_sheng) == len(mentai) == 2
+    assert not wan_sheng & mentai
+    # A line with the street as well as the postcode is the issuer's.
+    assert len(fingerprint(receipt(["RESTORAN WAN SHENG", "2 Jalan Temenggung, 43200 Cheras"], "A-1", "7.70"))) == 2
+
+
 def test_a_match_needs_two_keys_or_one_number() -> None:
     taught = {"/total": {"value": 7.7, "constant": False, "spots": []}}
     one_line = Match("a", taught, 1, 0)
