@@ -122,6 +122,7 @@ _PRICE = re.compile(r"\d[.,]\d\d(?!\d)(?!\s*[&,/-]\s*\d)")
 _NOT_ALNUM = re.compile(r"[^A-Z0-9]")
 _LETTERS = re.compile(r"[A-Z]+")
 _WORD = re.compile(r"[A-Z0-9]+")
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 # A line that names the document's customer ("BILL TO", "Customer GST No:", "ATTN:"): it and
 # what follows are not the issuer's. A word such as CLIENT is a label only before a colon,
 # a field's name or the line's end, not in a name ("CLIENT SOLUTIONS LTD").
@@ -679,7 +680,8 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
     D.I.Y." for a learned "MR D.I.Y."), their value, as this document prints it, confirmed
     by the examples: an issuer's printers and its documents' readers differ in the marks of
     a name, not in its letters, which are what a correction mends (OCR's misreads, lost
-    spaces). None, so that what this document prints stands unconfirmed, where they read
+    spaces); nor in a small l the page prints among small letters where a person typed a
+    capital I (`_spells`). None, so that what this document prints stands unconfirmed, where they read
     the constant and more besides (`generic` holds all of it and a fifth again): this
     document prints a longer name or address than the one learned (another branch's
     "(KUCHAI)")."""
@@ -694,14 +696,33 @@ def _constant(top: list[str], taught: list[tuple[Match, dict[str, Any]]],
     if best is None:
         return None
     share, value, source = best
+    agreeing = sum(1 for _, lesson in taught if lesson.get("constant")
+                   and normalised(str(lesson["value"])) == normalised(str(value)))
     if isinstance(generic, str):
-        if _skeleton(generic) == _skeleton(str(value)):
+        if _spells(generic, str(value)):
             value = generic
         elif _prints_more(generic, str(value)):
             return None
-    agreeing = sum(1 for _, lesson in taught if lesson.get("constant")
-                   and normalised(str(lesson["value"])) == normalised(str(value)))
     return value, source, agreeing, min(1.0, share), None
+
+
+def _spells(generic: str, constant: str) -> bool:
+    """Whether the generic rules' `generic` has the words of `constant` (`_skeleton`), in
+    other case and marks only, or with a small l where the constant has a capital I and the
+    small l stands beside small letters ("Jln" for a typed "JIN"): in a sans-serif print
+    those are one stroke; the reading tells them apart by the letters around them, and a
+    person typing in capitals does not. (A small l among capitals, "D.l.Y.", is OCR's misread
+    of a capital I, which the constant mends.)"""
+    page = " ".join(_ASCII_WORD.findall(generic))
+    typed = _skeleton(constant)
+    if page.upper() != _skeleton(generic) or len(page) != len(typed):
+        return False
+    return all(a.upper() == b or (b == "I" and a == "l" and _among_small(page, i))
+               for i, (a, b) in enumerate(zip(page, typed, strict=True)))
+
+
+def _among_small(text: str, at: int) -> bool:
+    return any(0 <= i < len(text) and text[i].islower() for i in (at - 1, at + 1))
 
 
 def _prints_more(generic: str, constant: str) -> bool:

@@ -199,6 +199,24 @@ def test_a_constant_printed_with_other_marks_is_read_as_printed() -> None:
         assert fields["/shop"]["learnedFrom"] == "ex1" and fields["/shop"]["confidence"] == 0.9, read
 
 
+def test_a_small_l_printed_among_small_letters_is_not_mended_into_a_capital_i() -> None:
+    # The person typed the address in capitals and read the print's "Jln" as "JIN": in a
+    # sans-serif print a small l and a capital I are one stroke. This page's reading, "Jln"
+    # among small letters, stands; where it differs in another letter, the learned value wins.
+    confirmed = "NO: G3, BLK G, JIN PJU 1A/3, ARA DAMANSARA, 47301 PETALING JAYA"
+    lessons = {"/address": {"value": confirmed, "constant": True, "spots": []}}
+    schema = {"type": "object", "properties": {"address": {"type": "string"}}}
+    printed = "No: G3, Blk G, Jln PJU 1A/3, Ara Damansara, 47301 Petaling Jaya"
+    head = ["ENW HARDWARE CENTRE (M) SDN BHD", "No: G3, Blk G, Jln PJU 1A/3,", "Ara Damansara, 47301 Petaling Jaya"]
+    for read, taken in ((printed, printed),
+                        (printed.replace("Jln", "J1n"), confirmed),
+                        (printed.replace("Damansara", "Darnansara"), confirmed)):
+        result, fields = apply(receipt(head, "5823-B", "12.30"), schema, [Match("ex1", lessons, 3, 1)],
+                               {"address": read}, {})
+        assert result == {"address": taken}, read
+        assert fields["/address"]["learnedFrom"] == "ex1" and fields["/address"]["learnedExamples"] == 1, read
+
+
 def test_a_constant_the_rules_read_as_printed_is_confirmed_with_the_examples_confidence() -> None:
     lessons = {"/shop": {"value": "KAFFEEHAUS MUELLER GMBH", "constant": True, "spots": []}}
     schema = {"type": "object", "properties": {"shop": {"type": "string"}}}
