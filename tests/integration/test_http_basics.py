@@ -148,12 +148,33 @@ async def test_ready_checks_database_migrations_and_running_parts(client, servic
     assert r.status_code == 200
     assert await r.get_json() == {
         "status": "ready",
-        "checks": {"database": "ok", "migrations": "ok", "workers": "ok", "dispatcher": "ok"},
+        "checks": {"database": "ok", "migrations": "ok", "data": "ok", "workers": "ok", "dispatcher": "ok"},
     }
     services.running["dispatcher"] = False
     r = await client.get("/api/ready")
     assert r.status_code == 503
     assert (await r.get_json())["checks"]["dispatcher"] == "stopped"
+
+
+async def test_ready_says_when_the_data_directory_is_deleted_under_it(client, services) -> None:
+    """Before: ready said ok while every write went to an unlinked SQLite file and the
+    secrets that decrypt stored credentials were gone, all lost at the next start."""
+    import shutil
+
+    import trio
+
+    assert (await client.get("/api/ready")).status_code == 200
+    await trio.to_thread.run_sync(shutil.rmtree, services.config.data_path)
+    r = await client.get("/api/ready")
+    assert r.status_code == 503
+    assert (await r.get_json())["checks"]["data"] == "missing"
+    url = services.db.engine.url
+    if url.get_backend_name() == "sqlite":  # its file alone deleted
+        await trio.to_thread.run_sync(services.config.data_path.mkdir)
+        assert (await client.get("/api/ready")).status_code == 200
+        await trio.to_thread.run_sync(Path(url.database).unlink)
+        r = await client.get("/api/ready")
+        assert r.status_code == 503 and (await r.get_json())["checks"]["data"] == "missing"
 
 
 async def test_ready_says_when_migrations_are_pending(client, services) -> None:
