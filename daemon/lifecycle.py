@@ -97,6 +97,7 @@ async def serve(
 
 async def _run_work(services: Services, notifier: Notifier) -> None:
     http_shutdown = trio.Event()
+    await trio.to_thread.run_sync(services.data_state)  # the data directory and file /api/ready holds to
     async with trio.open_nursery() as work:
         binds: list[str] = []
         if services.role.serves_http:

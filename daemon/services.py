@@ -9,11 +9,13 @@ so hot settings take effect at once.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 
 import httpx
 import trio
@@ -58,6 +60,10 @@ class Services:
     inboxes_changed: Wakeup = field(default_factory=Wakeup)
     # Exports being sent from this process, by user id (daemon.http.exports bounds them).
     exports_running: Counter[str] = field(default_factory=Counter)
+    # The (device, inode) of the data directory and an SQLite file when first seen, and the
+    # directory held open so that one made again in its place cannot take its inode (`data_state`).
+    data_identity: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    _data_dir_fd: int | None = field(default=None, init=False, repr=False)
     _ai_client: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
     def ai_client(self) -> httpx.AsyncClient:
@@ -67,6 +73,33 @@ class Services:
         if self._ai_client is None:
             self._ai_client = httpx.AsyncClient(follow_redirects=False)
         return self._ai_client
+
+    def data_state(self) -> str:
+        """"ok" while the data directory and an SQLite database's file are the ones this
+        process first saw (at start-up: `lifecycle`), else "missing" (blocking: stats them).
+        Deleted under a running daemon, they take its writes (rows to an unlinked file,
+        uploads to a directory made again) and lose them at the next start, with the secrets
+        that decrypt what is stored; a directory or file made again in their place (by an
+        upload, a new pooled connection, `docex migrate`) is not the one the daemon holds."""
+        paths = [self.config.data_path]
+        if self.db.is_sqlite and self.db.url.database not in (None, "", ":memory:"):
+            paths.append(Path(self.db.url.database))
+        try:
+            if self._data_dir_fd is None:
+                self._data_dir_fd = os.open(paths[0], os.O_RDONLY | os.O_DIRECTORY)
+            for path in paths:
+                found = path.stat()
+                if self.data_identity.setdefault(path, (found.st_dev, found.st_ino)) != (found.st_dev, found.st_ino):
+                    return "missing"
+        except OSError:
+            return "missing"
+        return "ok"
+
+    def close(self) -> None:
+        """Let go of what `data_state` holds."""
+        if self._data_dir_fd is not None:
+            os.close(self._data_dir_fd)
+            self._data_dir_fd = None
 
     def apply_config(self, new: Config) -> None:
         """Swap in a reloaded configuration and tell the parts that resize themselves."""
@@ -109,6 +142,7 @@ async def open_services(config: Config, role: ProcessRole = ProcessRole.ALL) -> 
         try:
             yield services
         finally:
+            services.close()
             with trio.CancelScope(shield=True):
                 if services._ai_client is not None:
                     await services._ai_client.aclose()

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import trio
 from quart import Blueprint
 from quart_schema import document_response, tag
 from quart_trio.wrappers.response import TrioResponse as Response
-from sqlalchemy.engine import make_url
 
 from daemon import __version__
 from daemon.auth.guard import public
-from daemon.config import Config
 from daemon.http.context import services
 from daemon.http.models import ApiModel
 from daemon.http.openapi import PlainText
@@ -100,23 +97,11 @@ async def ready() -> tuple[dict[str, Any], int]:
         log.warning("readiness: database unreachable", extra={"action": "ready.db_failed", "error": type(exc).__name__})
         checks["database"] = "unreachable"
         checks["migrations"] = "unknown"
-    checks["data"] = await trio.to_thread.run_sync(_data_state, state.config)
+    checks["data"] = await trio.to_thread.run_sync(state.data_state)
     for part, running in state.running.items():
         checks[part] = "ok" if running else "stopped"
     ok = all(v == "ok" for v in checks.values())
     return {"status": "ready" if ok else "unavailable", "checks": checks}, 200 if ok else 503
-
-
-def _data_state(config: Config) -> str:
-    """"ok" while the data directory and an SQLite database's file are where the daemon
-    opened them, else "missing": deleted under a running daemon, they take its writes (rows
-    to an unlinked file, uploads to a directory made again) and lose them at the next start,
-    with the secrets that decrypt what is stored."""
-    url = make_url(config.database_url)
-    paths = [config.data_path]
-    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
-        paths.append(Path(url.database))
-    return "ok" if all(path.exists() for path in paths) else "missing"
 
 
 @blueprint.get("/metrics")

@@ -14,6 +14,7 @@ from quart_schema import validate_request
 from daemon import __version__
 from daemon.auth.guard import public
 from daemon.errors import Conflict, TooManyRequests
+from daemon.services import open_services
 
 ERROR_KEYS = {"statusCode", "message", "error"}
 
@@ -158,23 +159,31 @@ async def test_ready_checks_database_migrations_and_running_parts(client, servic
 
 async def test_ready_says_when_the_data_directory_is_deleted_under_it(client, services) -> None:
     """Before: ready said ok while every write went to an unlinked SQLite file and the
-    secrets that decrypt stored credentials were gone, all lost at the next start."""
+    secrets that decrypt stored credentials were gone, all lost at the next start; then,
+    once an upload had made the directory again and a new connection the file, ok again."""
     import shutil
 
     import trio
 
     assert (await client.get("/api/ready")).status_code == 200
-    await trio.to_thread.run_sync(shutil.rmtree, services.config.data_path)
+    data = services.config.data_path
+    await trio.to_thread.run_sync(shutil.rmtree, data)
     r = await client.get("/api/ready")
     assert r.status_code == 503
     assert (await r.get_json())["checks"]["data"] == "missing"
+    # Made again in its place (as an upload does): still not the directory the daemon holds.
+    await trio.to_thread.run_sync(data.mkdir)
+    r = await client.get("/api/ready")
+    assert r.status_code == 503 and (await r.get_json())["checks"]["data"] == "missing"
+
     url = services.db.engine.url
-    if url.get_backend_name() == "sqlite":  # its file alone deleted
-        await trio.to_thread.run_sync(services.config.data_path.mkdir)
-        assert (await client.get("/api/ready")).status_code == 200
-        await trio.to_thread.run_sync(Path(url.database).unlink)
-        r = await client.get("/api/ready")
-        assert r.status_code == 503 and (await r.get_json())["checks"]["data"] == "missing"
+    if url.get_backend_name() == "sqlite":  # its file alone deleted, then made again
+        async with open_services(services.config) as fresh:  # a daemon started on the restored directory
+            assert await trio.to_thread.run_sync(fresh.data_state) == "ok"
+            await trio.to_thread.run_sync(Path(url.database).unlink)
+            assert await trio.to_thread.run_sync(fresh.data_state) == "missing"
+            await trio.to_thread.run_sync(Path(url.database).touch)
+            assert await trio.to_thread.run_sync(fresh.data_state) == "missing"
 
 
 async def test_ready_says_when_migrations_are_pending(client, services) -> None:
