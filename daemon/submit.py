@@ -259,7 +259,7 @@ def _print(submissions: list[Submission], schema: dict[str, Any], fmt: str, out:
         shape = export.layout(schema.get("definition") or {})
         writer = export.csv_writer(out)
         # Property names are a user's text like any value: a name starting with "=" is neutralised too.
-        writer.writerow([export.neutralised(v) for v in ["file", *export.rows_header(shape)]])
+        writer.writerow([export.neutralised(v) for v in export.distinct(["file", *export.rows_header(shape)])])
         for submission in submissions:
             if submission.job is not None:
                 for row in export.rows(submission.job, shape):

@@ -96,7 +96,7 @@ def _csv_header(shape: export.Layout) -> bytes:
     buffer = io.StringIO()
     buffer.write("\ufeff")  # a BOM: Excel then reads the file as UTF-8
     # The header is the schema's property names, chosen by a user like any value: neutralised too.
-    export.csv_writer(buffer).writerow([export.neutralised(v) for v in export.rows_header(shape)])
+    export.csv_writer(buffer).writerow([export.neutralised(v) for v in export.distinct(export.rows_header(shape))])
     return buffer.getvalue().encode("utf-8")
 
 
@@ -139,10 +139,10 @@ class _Workbook:
         self.sheets = items == "sheets" and bool(shape.tables)
         self.tables = [(table, self.book.create_sheet(_sheet_name(table.name, i)))
                        for i, table in enumerate(shape.tables)] if self.sheets else []
-        self.jobs.append(self._text_cells(self.shape.header() if self.sheets else export.rows_header(shape),
-                                          self.jobs))
+        header = self.shape.header() if self.sheets else export.rows_header(shape)
+        self.jobs.append(self._text_cells(export.distinct(header), self.jobs))
         for table, sheet in self.tables:
-            sheet.append(self._text_cells(["jobId", *(name for name, _ in table.columns)], sheet))
+            sheet.append(self._text_cells(export.distinct(["jobId", *(name for name, _ in table.columns)]), sheet))
 
     @staticmethod
     def _text_cells(values: list[Any], sheet: Any) -> list[Any]:

@@ -2,7 +2,8 @@
 formula neutralising. Used by the export routes (CSV, XLSX) and `docex submit --format csv`.
 
 Columns: the job's own (`JOB_COLUMNS`), then one per schema value, nested objects
-flattened with dotted names (`vendor.name`), arrays of plain values joined with "; ".
+flattened with dotted names (`vendor.name`), arrays of plain values joined with "; ";
+a name an earlier column took is numbered (`distinct`).
 An array of objects (line items) is a *table*: exported as one row per item repeating
 the job's columns (`rows`), or as a sheet of its own keyed by job id (XLSX). A job's
 cells come from its current result, so a corrected result exports the corrected values.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -131,6 +132,24 @@ def rows(job: Mapping[str, Any], shape: Layout) -> Iterator[list[Any]]:
         yield base + [None] * len(first.columns)
     for item in listed:
         yield base + item_cells(item, first)
+
+
+def distinct(names: Iterable[str]) -> list[str]:
+    """A header row: `names`, each one an earlier one took numbered ("jobId (2)"). A schema's
+    field may be named like a job's column ("status"), and a field "a.b" is flattened like
+    "b" within "a": two columns of one header, of which a reader going by header
+    (csv.DictReader) read one as the other."""
+    taken: set[str] = set()
+    numbered: dict[str, int] = {}
+    out: list[str] = []
+    for name in names:
+        unique = name
+        while unique in taken:
+            numbered[name] = numbered.get(name, 1) + 1
+            unique = f"{name} ({numbered[name]})"
+        taken.add(unique)
+        out.append(unique)
+    return out
 
 
 def rows_header(shape: Layout) -> list[str]:

@@ -166,3 +166,38 @@ async def test_refusals(client: Any, services: Services) -> None:
         assert {"statusCode", "message", "error"} <= set(await r.get_json()), path
     r = await client.get(f"/api/jobs/export?format=jsonl&schemaId={schema_id}", headers=other)
     assert r.status_code == 200 and await r.get_data() == b""  # bob's list is empty
+
+
+async def test_a_field_named_like_another_column_gets_a_header_of_its_own(client: Any, services: Services) -> None:
+    """Before: a field "jobId" or "status" and a field "a.b" beside a → b each gave two columns
+    of one header, and a reader going by header read the person's "INV-42" as the job's id."""
+    auth = await register(client, "ann@example.com")
+    definition = {"type": "object", "properties": {
+        "jobId": {"type": "string"}, "status": {"type": "string"}, "a.b": {"type": "string"},
+        "a": {"type": "object", "properties": {"b": {"type": "string"}}},
+        "lines": {"type": "array", "items": {"type": "object", "properties": {"jobId": {"type": "string"}}}}}}
+    schema = await (await client.post("/api/schemas", json={"name": "Clash", "definition": definition},
+                                      headers=auth)).get_json()
+    user_id = (await (await client.get("/api/auth/me", headers=auth)).get_json())["id"]
+    result = {"jobId": "INV-42", "status": "PAID", "a.b": "FLAT", "a": {"b": "NESTED"}, "lines": [{"jobId": "L-1"}]}
+
+    def fill(conn: sa.Connection) -> str:
+        now = utcnow()
+        jobs_repo.create_run(conn, user_id=user_id, schema_id=schema["id"], now=now, items=[
+            NewJob(file_name="x.pdf", file_size=3, mime_type="application/pdf", sha256="0" * 64, blob_key="k")])
+        job = jobs_repo.claim_next(conn, owner="w", now=now, lease_s=60)
+        jobs_repo.complete_job(conn, job_id=job.id, owner="w", result=result, meta=META, page_count=1, now=now)
+        return job.id
+
+    job_id = await services.db.run(fill)
+    r = await client.get(f"/api/jobs/export?format=csv&schemaId={schema['id']}", headers=auth)
+    (row,) = csv.DictReader(io.StringIO((await r.get_data()).decode("utf-8").removeprefix("\ufeff")))
+    assert (row["jobId"], row["status"]) == (job_id, "COMPLETED")
+    assert (row["jobId (2)"], row["status (2)"], row["a.b"], row["a.b (2)"]) == ("INV-42", "PAID", "FLAT", "NESTED")
+    assert row["lines.jobId"] == "L-1"
+
+    r = await client.get(f"/api/jobs/export?format=xlsx&items=sheets&schemaId={schema['id']}", headers=auth)
+    book = openpyxl.load_workbook(io.BytesIO(await r.get_data()))
+    header = [c.value for c in book["jobs"][1]]
+    assert len(set(header)) == len(header) and header[header.index("jobId (2)")] == "jobId (2)"
+    assert [[c.value for c in row] for row in book["lines"].iter_rows()] == [["jobId", "jobId (2)"], [job_id, "L-1"]]
