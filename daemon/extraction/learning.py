@@ -123,6 +123,8 @@ _NOT_ALNUM = re.compile(r"[^A-Z0-9]")
 _LETTERS = re.compile(r"[A-Z]+")
 _WORD = re.compile(r"[A-Z0-9]+")
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+# Marks OCR makes of specks, stops and rules, which no issuer prints in a name or address.
+_OCR_MARKS = re.compile(r"[_|~^`\\]")
 # A line that names the document's customer ("BILL TO", "Customer GST No:", "ATTN:"): it and
 # what follows are not the issuer's. A word such as CLIENT is a label only before a colon,
 # a field's name or the line's end, not in a name ("CLIENT SOLUTIONS LTD").
@@ -712,11 +714,13 @@ def _spells(generic: str, constant: str) -> bool:
     small l stands beside small letters ("Jln" for a typed "JIN"): in a sans-serif print
     those are one stroke; the reading tells them apart by the letters around them, and a
     person typing in capitals does not. (A small l among capitals, "D.l.Y.", is OCR's misread
-    of a capital I, which the constant mends.)"""
+    of a capital I, which the constant mends, as it does a mark only OCR makes: `_OCR_MARKS`.)"""
     page = " ".join(_ASCII_WORD.findall(generic))
     typed = _skeleton(constant)
     if page.upper() != _skeleton(generic) or len(page) != len(typed):
         return False
+    if _OCR_MARKS.search(generic) and not _OCR_MARKS.search(constant):
+        return False  # "BOOK TA _K" for a confirmed "BOOK TA .K": a stop OCR read as a stroke
     return all(a.upper() == b or (b == "I" and a == "l" and _among_small(page, i))
                for i, (a, b) in enumerate(zip(page, typed, strict=True)))
 
