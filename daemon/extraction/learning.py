@@ -196,16 +196,20 @@ def header(reading: Sequence[ReadingLine]) -> list[str]:
 
 def fingerprint(reading: Sequence[ReadingLine]) -> list[str]:
     """The issuer's keys of a document: ``r:<digits>`` per registration, tax or telephone
-    number in its header, ``h:<hash>`` per distinctive header line, up to the line that
-    names the customer ("BILL TO", "Customer GST No"): invoices of many suppliers to one
+    number in its header, ``h:<hash>`` per distinctive header line above the sale's date,
+    all up to the line that names the customer ("BILL TO", "Customer GST No"): invoices of many suppliers to one
     customer print its name, address and numbers alike, and were taken for one issuer's.
     Sorted, unique."""
     keys: set[str] = set()
     lines = 0
+    dated = False
     for text in header(reading):
         upper = text.upper()
         if _CUSTOMER.search(upper):
             break
+        # The sale's own lines begin at its date (document number, cashier, salesperson,
+        # column heads): every shop on the same till software prints them alike.
+        dated = dated or bool(find_dates(text))
         for match in _COMPANY_NUMBER.finditer(upper):
             keys.add("r:" + match[1])
         if _NUMBER_LABEL.search(upper):
@@ -214,7 +218,7 @@ def fingerprint(reading: Sequence[ReadingLine]) -> list[str]:
                 if len(digits) >= 6:
                     keys.add("r:" + digits)
         words = _words(upper)
-        if lines < _FINGERPRINT_LINES and sum(c.isalpha() for c in words) >= _MIN_LETTERS \
+        if lines < _FINGERPRINT_LINES and not dated and sum(c.isalpha() for c in words) >= _MIN_LETTERS \
                 and not _GENERIC.match(words) and not _POSTCODE_LINE.fullmatch(upper):
             lines += 1
             keys.add("h:" + hashlib.blake2b(normalised(text).encode(), digest_size=8).hexdigest())

@@ -79,6 +79,21 @@ def test_shops_of_one_town_on_one_till_share_no_keys() -> None:
     assert len(fingerprint(receipt(["RESTORAN WAN SHENG", "2 Jalan Temenggung, 43200 Cheras"], "A-1", "7.70"))) == 2
 
 
+def test_the_lines_a_till_prints_after_the_sales_date_are_no_issuers_keys() -> None:
+    """Before: a hardware shop and a pharmacy on one till software shared its lines under the
+    date ("Salesperson Ref :", "Item Qty S/Price Amount Tax") and were taken for one issuer."""
+    def till(document: str) -> list[str]:
+        return [f"Doc No. {document} Date:02/01/2018", "Cashier USER Time: 09:28:00", "Salesperson Ref :",
+                "Item Qty S/Price Amount Tax"]
+
+    gin_kee = set(fingerprint(receipt(["SYARIKAT PERNIAGAAN GIN KEE", "NO 29O, JALAN AIR PANAS,",
+                                       *till("CS00012493")], "A-1", "7.70")))
+    ligamas = set(fingerprint(receipt(["FARMASI LIGAMAS", "NO. 47. JALAN MERANTI 1A,", *till("CS00172418")],
+                                      "B-1", "8.10")))
+    assert sum(key.startswith("h:") for key in gin_kee) == sum(key.startswith("h:") for key in ligamas) == 2
+    assert not gin_kee & ligamas
+
+
 def test_a_match_needs_two_keys_or_one_number() -> None:
     taught = {"/total": {"value": 7.7, "constant": False, "spots": []}}
     one_line = Match("a", taught, 1, 0)
