@@ -62,7 +62,7 @@ class Services:
     exports_running: Counter[str] = field(default_factory=Counter)
     # The (device, inode) of the data directory and an SQLite file when first seen, and the
     # directory held open so that one made again in its place cannot take its inode (`data_state`).
-    data_identity: dict[Path, tuple[int, int]] = field(default_factory=dict)
+    _data_identity: dict[Path, tuple[int, int]] = field(default_factory=dict, init=False, repr=False)
     _data_dir_fd: int | None = field(default=None, init=False, repr=False)
     _ai_client: httpx.AsyncClient | None = field(default=None, init=False, repr=False)
 
@@ -89,7 +89,7 @@ class Services:
                 self._data_dir_fd = os.open(paths[0], os.O_RDONLY | os.O_DIRECTORY)
             for path in paths:
                 found = path.stat()
-                if self.data_identity.setdefault(path, (found.st_dev, found.st_ino)) != (found.st_dev, found.st_ino):
+                if self._data_identity.setdefault(path, (found.st_dev, found.st_ino)) != (found.st_dev, found.st_ino):
                     return "missing"
         except OSError:
             return "missing"
